@@ -1,0 +1,3 @@
+module github.com/redlock/redlock
+
+go 1.26

@@ -1,0 +1,145 @@
+// Package quorum runs one call on each of N nodes in parallel and decides, as
+// early as the replies allow, whether a majority accepted.
+//
+// The decision returns as soon as the outcome is known: a majority accepted,
+// or so many refused or failed that a majority is impossible. A slow or hung
+// node therefore costs nothing while the others can decide, and a node that
+// has not replied by the deadline counts as failed. The calls themselves are
+// never abandoned: every call's completion can still be observed after the
+// decision (Settled, Result, Wait), which is how a caller cleans up after a
+// reply that arrived too late to count.
+//
+// This is why errgroup is not the tool for the vote: its first error cancels
+// the rest, while here one failed node is routine and the others must still
+// be heard.
+//
+// The API is deliberately tiny: Majority, Start, and the Round it returns.
+// The package knows nothing of Redis or locks.
+package quorum
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Majority returns the smallest count of n nodes that is more than half.
+func Majority(n int) int { return n/2 + 1 }
+
+// ErrNoReply is the error of a node that had not replied when the decision's
+// deadline passed.
+var ErrNoReply = errors.New("quorum: no reply before the deadline")
+
+// Round is one call on each of N nodes, started by Start.
+type Round[T any] struct {
+	values   []T
+	errs     []error
+	settled  []chan struct{} // settled[i] is closed once call i has returned
+	arrivals chan int        // indexes of returned calls, buffered to N
+}
+
+// Start runs call(i) for every i in [0, n) in its own goroutine and returns at
+// once. call must return: give it a context or timeout of its own. A call
+// that panics crashes the program, as in errgroup.
+func Start[T any](n int, call func(i int) (T, error)) *Round[T] {
+	r := &Round[T]{
+		values:  make([]T, n),
+		errs:    make([]error, n),
+		settled: make([]chan struct{}, n),
+		// Buffered to n so that no call blocks after the decision stopped reading.
+		arrivals: make(chan int, n),
+	}
+	for i := range n {
+		r.settled[i] = make(chan struct{})
+		go func() {
+			r.values[i], r.errs[i] = call(i)
+			close(r.settled[i])
+			r.arrivals <- i
+		}()
+	}
+	return r
+}
+
+// Len returns the number of nodes.
+func (r *Round[T]) Len() int { return len(r.settled) }
+
+// Settled returns a channel that is closed once node i's call has returned,
+// whether before or after the decision.
+func (r *Round[T]) Settled(i int) <-chan struct{} { return r.settled[i] }
+
+// Result waits for node i's call to return and returns its result.
+func (r *Round[T]) Result(i int) (T, error) {
+	<-r.settled[i]
+	return r.values[i], r.errs[i]
+}
+
+// Wait waits for every call to return.
+func (r *Round[T]) Wait() {
+	for _, c := range r.settled {
+		<-c
+	}
+}
+
+// Vote is one node's part in a decision.
+type Vote[T any] struct {
+	Value T
+	// Err is the call's error; ErrNoReply or the context's error (context.Cause)
+	// if the node had not replied when the decision was made.
+	Err error
+	// Replied reports whether the call returned before the decision.
+	Replied bool
+	// Accepted reports whether the reply counted towards the majority.
+	Accepted bool
+}
+
+// Tally is the outcome of a decision.
+type Tally[T any] struct {
+	Votes    []Vote[T] // one per node, in node order
+	Accepted int       // replies that counted towards the majority
+	Refused  int       // replies that did not
+	Need     int       // Majority(N)
+	Won      bool      // Accepted >= Need
+}
+
+// Decide counts replies as they arrive, accept telling which count towards
+// the majority, and returns as soon as the outcome is known. Nodes that have
+// not replied when wait has passed (wait > 0) or ctx is done count as refused.
+// Decide reads the round's arrivals and must be called at most once.
+func (r *Round[T]) Decide(ctx context.Context, wait time.Duration, accept func(T, error) bool) Tally[T] {
+	n := r.Len()
+	t := Tally[T]{Votes: make([]Vote[T], n), Need: Majority(n)}
+	var deadline <-chan time.Time
+	if wait > 0 {
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		deadline = timer.C
+	}
+	for t.Accepted < t.Need && t.Refused <= n-t.Need {
+		select {
+		case i := <-r.arrivals:
+			v := Vote[T]{Value: r.values[i], Err: r.errs[i], Replied: true}
+			v.Accepted = accept(v.Value, v.Err)
+			t.Votes[i] = v
+			if v.Accepted {
+				t.Accepted++
+			} else {
+				t.Refused++
+			}
+		case <-deadline:
+			t.closeUnanswered(ErrNoReply)
+		case <-ctx.Done():
+			t.closeUnanswered(context.Cause(ctx))
+		}
+	}
+	t.Won = t.Accepted >= t.Need
+	return t
+}
+
+func (t *Tally[T]) closeUnanswered(err error) {
+	for i := range t.Votes {
+		if !t.Votes[i].Replied {
+			t.Votes[i].Err = err
+			t.Refused++
+		}
+	}
+}

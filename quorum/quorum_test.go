@@ -1,0 +1,186 @@
+package quorum_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redlock/redlock/quorum"
+)
+
+func TestMajority(t *testing.T) {
+	for n, want := range []int{1, 1, 2, 2, 3, 3, 4, 4} {
+		if got := quorum.Majority(n); got != want {
+			t.Errorf("Majority(%d) = %d, want %d", n, got, want)
+		}
+	}
+}
+
+// behaviour is what one fake node does in TestEveryCombination.
+type behaviour int
+
+const (
+	ok     behaviour = iota // accepts
+	taken                   // replies, but refuses (a lock held by someone else)
+	failed                  // replies with an error
+	hung                    // never replies until the test releases it
+	behaviours
+)
+
+func (b behaviour) String() string { return [...]string{"ok", "taken", "err", "hung"}[b] }
+
+var errNode = errors.New("node error")
+
+// TestEveryCombination enumerates every assignment of ok/taken/error/hung to
+// N = 1..7 nodes. Node i replies after i+1 ms of fake time (synctest), so the
+// test can compute the exact moment the decision was knowable and check that
+// Decide returned then: early when replies settle it, at the deadline only
+// when the hung nodes could still change it. It also checks that every call,
+// hung ones included, is observed to completion after the decision and that
+// no goroutine is left behind (synctest fails on a leaked, blocked goroutine).
+func TestEveryCombination(t *testing.T) {
+	const wait = time.Second
+	combos := 0
+	for n := 1; n <= 7; n++ {
+		total := 1
+		for range n {
+			total *= int(behaviours)
+		}
+		for code := range total {
+			nodes := make([]behaviour, n)
+			for i, c := 0, code; i < n; i, c = i+1, c/int(behaviours) {
+				nodes[i] = behaviour(c % int(behaviours))
+			}
+			checkCombination(t, nodes, wait)
+			combos++
+		}
+	}
+	t.Logf("checked %d combinations", combos)
+}
+
+func checkCombination(t *testing.T, nodes []behaviour, wait time.Duration) {
+	t.Helper()
+	n := len(nodes)
+	need := quorum.Majority(n)
+
+	// The decision is knowable at the reply that completes a majority of
+	// accepts or makes one impossible; otherwise only at the deadline.
+	wantWon, wantAt := false, wait
+	accepted, refused := 0, 0
+	for i, b := range nodes {
+		switch b {
+		case ok:
+			accepted++
+		case taken, failed:
+			refused++
+		default:
+			continue
+		}
+		if accepted >= need || refused > n-need {
+			wantWon, wantAt = accepted >= need, time.Duration(i+1)*time.Millisecond
+			break
+		}
+	}
+
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		round := quorum.Start(n, func(i int) (bool, error) {
+			switch nodes[i] {
+			case hung:
+				<-release
+				return true, nil // a late grant: must be observable, not counted
+			case failed:
+				time.Sleep(time.Duration(i+1) * time.Millisecond)
+				return false, errNode
+			default:
+				time.Sleep(time.Duration(i+1) * time.Millisecond)
+				return nodes[i] == ok, nil
+			}
+		})
+		start := time.Now()
+		tally := round.Decide(t.Context(), wait, func(v bool, err error) bool { return err == nil && v })
+		if got := time.Since(start); got != wantAt || tally.Won != wantWon {
+			t.Fatalf("%v: won=%v after %v, want won=%v after %v", nodes, tally.Won, got, wantWon, wantAt)
+		}
+		if tally.Need != need || tally.Won != (tally.Accepted >= need) {
+			t.Fatalf("%v: inconsistent tally %+v", nodes, tally)
+		}
+		for i, v := range tally.Votes {
+			if v.Replied && nodes[i] == hung {
+				t.Fatalf("%v: hung node %d counted as replied", nodes, i)
+			}
+			if !v.Replied && wantAt == wait && !errors.Is(v.Err, quorum.ErrNoReply) {
+				t.Fatalf("%v: node %d unanswered at the deadline with err %v", nodes, i, v.Err)
+			}
+			if v.Replied && (v.Accepted != (nodes[i] == ok) || errors.Is(v.Err, errNode) != (nodes[i] == failed)) {
+				t.Fatalf("%v: node %d vote %+v", nodes, i, v)
+			}
+		}
+		close(release)
+		round.Wait()
+		for i := range n {
+			if v, err := round.Result(i); nodes[i] == hung && (!v || err != nil) {
+				t.Fatalf("%v: late result of node %d = %v, %v", nodes, i, v, err)
+			}
+		}
+	})
+}
+
+func TestDecideContextCancelled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancelCause(t.Context())
+		cause := errors.New("caller gave up")
+		release := make(chan struct{})
+		round := quorum.Start(3, func(i int) (int, error) {
+			if i == 0 {
+				return 1, nil
+			}
+			<-release
+			return 1, nil
+		})
+		time.AfterFunc(5*time.Millisecond, func() { cancel(cause) })
+		start := time.Now()
+		tally := round.Decide(ctx, time.Hour, func(int, error) bool { return true })
+		if tally.Won || time.Since(start) != 5*time.Millisecond {
+			t.Fatalf("won=%v after %v; want a loss at the cancellation", tally.Won, time.Since(start))
+		}
+		for i := 1; i < 3; i++ {
+			if !errors.Is(tally.Votes[i].Err, cause) {
+				t.Errorf("node %d err = %v, want the context's cause", i, tally.Votes[i].Err)
+			}
+		}
+		close(release)
+		<-round.Settled(2)
+		round.Wait()
+	})
+}
+
+func TestDecideZeroNodes(t *testing.T) {
+	tally := quorum.Start(0, func(int) (int, error) { return 0, nil }).Decide(t.Context(), 0, nil)
+	if tally.Won {
+		t.Fatal("zero nodes won a majority")
+	}
+}
+
+func ExampleRound_Decide() {
+	// Five nodes; the fourth is hung. Three quick accepts decide at once.
+	hang := make(chan struct{})
+	round := quorum.Start(5, func(i int) (string, error) {
+		if i == 3 {
+			<-hang
+		}
+		return fmt.Sprintf("reply %d", i), nil
+	})
+	tally := round.Decide(context.Background(), time.Second, func(string, error) bool { return true })
+	fmt.Println("won:", tally.Won, "need:", tally.Need)
+
+	// The hung call is still observed once it returns.
+	close(hang)
+	fmt.Println(round.Result(3))
+	// Output:
+	// won: true need: 3
+	// reply 3 <nil>
+}
