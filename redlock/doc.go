@@ -1,0 +1,31 @@
+// Package redlock is a distributed lock across N independent Redis masters
+// (the Redlock algorithm), built to stay honest when nodes hang, fail,
+// answer late, or a client's call is retried.
+//
+// A Locker holds the nodes. TryLock makes one attempt: it sends
+// SET key value NX PX ttl GET to every node in parallel with a fresh 128-bit
+// random value, and wins when a majority (N/2+1) granted and some validity is
+// left: ttl - elapsed - drift, elapsed measured on the monotonic clock from
+// before the first send. The decision is made as soon as the replies allow, so
+// one hung node costs nothing; a node that has not answered within
+// Options.NodeTimeout counts as failed. Lock retries TryLock with random
+// jitter until it wins or the context ends.
+//
+// A failed attempt is released on every node, including nodes that failed or
+// had not answered yet: each release waits for that node's own SET to return,
+// so it can never overtake it, and late grants are deleted as soon as they
+// arrive. Unlock does the same. Release and Extend compare the value in a Lua
+// script, so a lease never deletes or extends another holder's lock.
+//
+// # What a lease does and does not promise
+//
+// A Lease is valid until Until, by this process's monotonic clock, provided
+// the nodes' clocks run at about the same rate (Options.DriftFactor) and the
+// nodes keep their keys (no restart without persistence, no eviction). It
+// cannot stop a holder that was paused (GC, SIGSTOP, a stalled VM) past Until
+// from acting as if it still held the lock: only the resource can, by
+// rejecting stale fencing tokens. Treat the lock as an efficiency measure
+// unless the resource checks a token.
+//
+// Requires Redis 7.0 or newer (SET with both NX and GET).
+package redlock

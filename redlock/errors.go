@@ -1,0 +1,108 @@
+package redlock
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+var (
+	// ErrNotObtained means the lock is held by someone else: enough nodes
+	// hold the key for another value that no majority was possible.
+	ErrNotObtained = errors.New("redlock: lock not obtained")
+
+	// ErrNotHeld means a lease is no longer held: its validity ran out, it was
+	// already unlocked, or a majority of nodes no longer hold its value. From
+	// Unlock it warns that mutual exclusion may have been broken while the
+	// caller thought it held the lock.
+	ErrNotHeld = errors.New("redlock: lock not held")
+)
+
+// errValidityUsedUp is the cause of an acquisition or extension that won a
+// majority too late: the time it took left no validity.
+var errValidityUsedUp = errors.New("redlock: no validity left once a majority answered")
+
+// Outcome is what one node answered in a round.
+type Outcome int
+
+const (
+	// Failed: the node returned an error or did not answer in time.
+	Failed Outcome = iota
+	// Granted: the node did what was asked (set, extended, deleted, or, for
+	// Check, holds the value).
+	Granted
+	// Taken: the key holds another holder's value.
+	Taken
+	// Missing: the key does not exist on the node.
+	Missing
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Granted:
+		return "granted"
+	case Taken:
+		return "held by another value"
+	case Missing:
+		return "key missing"
+	default:
+		return "failed"
+	}
+}
+
+// NodeResult is one node's part in a QuorumError.
+type NodeResult struct {
+	Node    int    // index in the nodes passed to New
+	Name    string // the node's address where known, else "node <index>"
+	Outcome Outcome
+	Err     error // set when Outcome is Failed
+}
+
+// QuorumError reports a round (acquire, extend, unlock, check) that did not
+// win a majority, with every node's outcome.
+//
+// errors.Is(err, ErrNotObtained) holds when contention alone decided an
+// acquisition, errors.Is(err, ErrNotHeld) when nodes answered that a lease's
+// value is gone, and errors.Is(err, ctx.Err()) when the caller's context
+// ended the round. Otherwise nodes failed: see Nodes.
+type QuorumError struct {
+	Op      string // "acquire", "extend", "unlock" or "check"
+	Key     string
+	Need    int // a majority of the nodes
+	Granted int // how many granted
+	Nodes   []NodeResult
+	Cause   error // ErrNotObtained, ErrNotHeld, the context's error, or nil
+}
+
+func (e *QuorumError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "redlock: %s %q: %d of %d nodes granted, %d needed", e.Op, e.Key, e.Granted, len(e.Nodes), e.Need)
+	if e.Cause != nil {
+		fmt.Fprintf(&b, " (%v)", e.Cause)
+	}
+	for _, n := range e.Nodes {
+		if n.Outcome == Granted {
+			continue
+		}
+		fmt.Fprintf(&b, "; %s: %v", n.Name, n.Outcome)
+		if n.Err != nil {
+			fmt.Fprintf(&b, ": %v", n.Err)
+		}
+	}
+	return b.String()
+}
+
+// Unwrap returns the cause and each node's error, so that errors.Is and
+// errors.As see through to them.
+func (e *QuorumError) Unwrap() []error {
+	errs := make([]error, 0, len(e.Nodes)+1)
+	if e.Cause != nil {
+		errs = append(errs, e.Cause)
+	}
+	for _, n := range e.Nodes {
+		if n.Err != nil {
+			errs = append(errs, n.Err)
+		}
+	}
+	return errs
+}

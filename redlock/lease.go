@@ -1,0 +1,184 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redlock/redlock/quorum"
+)
+
+// A Lease is one acquisition of a lock. It is safe for concurrent use;
+// Extend, Unlock and Check on one lease run one at a time.
+type Lease struct {
+	locker   *Locker
+	key      string
+	value    string
+	acquired *quorum.Round[Outcome] // the SETs, which every release must follow
+
+	op sync.Mutex // serializes Extend, Unlock and Check
+
+	mu       sync.Mutex
+	until    time.Time
+	unlocked bool
+}
+
+// Key returns the lock's key.
+func (l *Lease) Key() string {
+	if l == nil {
+		return ""
+	}
+	return l.key
+}
+
+// Value returns this acquisition's random value, which the nodes hold while
+// the lease does.
+func (l *Lease) Value() string {
+	if l == nil {
+		return ""
+	}
+	return l.value
+}
+
+// Until returns the end of the lease's validity, on the Locker's monotonic
+// clock: the acquisition's (or last extension's) start plus the TTL minus the
+// drift allowance. Compare it only with readings of the same clock.
+func (l *Lease) Until() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.until
+}
+
+// Validity returns the validity left now; <= 0 once the lease has expired,
+// failed to extend, or been unlocked.
+func (l *Lease) Validity() time.Duration {
+	if l == nil {
+		return 0
+	}
+	return l.Until().Sub(l.locker.opts.Clock.Now())
+}
+
+func (l *Lease) expire() {
+	l.mu.Lock()
+	l.until = time.Time{}
+	l.mu.Unlock()
+}
+
+// usable reports why the lease cannot be extended or checked, if it cannot.
+func (l *Lease) usable(op string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.unlocked:
+		return fmt.Errorf("redlock: %s %q: %w: the lease was unlocked", op, l.key, ErrNotHeld)
+	case !l.until.After(l.locker.opts.Clock.Now()):
+		return fmt.Errorf("redlock: %s %q: %w: its validity ran out", op, l.key, ErrNotHeld)
+	}
+	return nil
+}
+
+// Extend resets the lock's expiry to ttl on every node that still holds this
+// lease's value, and succeeds when a majority did so with validity left,
+// measured from the start of the extension. It refuses a lease whose validity
+// has already run out: a lapsed lock is not resurrected. After a failed
+// Extend the lease's Validity is <= 0; Unlock it to clean up.
+func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
+	if l == nil {
+		return errors.New("redlock: Extend on a nil *Lease")
+	}
+	req, err := l.locker.request(ctx, "extend", l.key, ttl)
+	if err != nil {
+		return err
+	}
+	l.op.Lock()
+	defer l.op.Unlock()
+	if err := l.usable("extend"); err != nil {
+		return err
+	}
+	lk := l.locker
+	start := lk.opts.Clock.Now()
+	round := lk.fanOut(ctx, nil, func(ctx context.Context, n node) (Outcome, error) {
+		return n.run(ctx, extendScript, l.key, l.value, req.ms)
+	})
+	tally := round.Decide(ctx, min(lk.opts.NodeTimeout, req.budget), granted)
+	until := start.Add(req.budget)
+	if tally.Won && until.After(lk.opts.Clock.Now()) {
+		l.mu.Lock()
+		l.until = until
+		l.mu.Unlock()
+		return nil
+	}
+	l.expire()
+	return lk.roundError(ctx, "extend", l.key, tally)
+}
+
+// Unlock deletes this lease's value on every node, each after that node's
+// acquiring SET has returned, so a late SET cannot land after its delete. It
+// returns nil when a majority deleted the value; ErrNotHeld when nodes
+// answered that the value was already gone or replaced (the lock had expired
+// or been lost, so exclusion may have been broken), or when the lease was
+// already unlocked; a *QuorumError when nodes failed.
+//
+// Unlock cleans up even when ctx is already done: releases are sent on a
+// context detached from ctx, and Unlock returns within about NodeTimeout.
+func (l *Lease) Unlock(ctx context.Context) error {
+	if l == nil {
+		return errors.New("redlock: Unlock on a nil *Lease")
+	}
+	if ctx == nil {
+		ctx = context.Background() // nothing to inherit; cleanup must still run
+	}
+	l.op.Lock()
+	defer l.op.Unlock()
+	l.mu.Lock()
+	already := l.unlocked
+	l.unlocked = true
+	l.until = time.Time{}
+	l.mu.Unlock()
+	if already {
+		return fmt.Errorf("redlock: unlock %q: %w: the lease was already unlocked", l.key, ErrNotHeld)
+	}
+	lk := l.locker
+	detached := context.WithoutCancel(ctx)
+	round := lk.fanOut(detached, l.acquired, releaseCall(l.key, l.value))
+	tally := round.Decide(detached, lk.opts.NodeTimeout, granted)
+	if tally.Won {
+		return nil
+	}
+	return lk.roundError(detached, "unlock", l.key, tally)
+}
+
+// Check asks the nodes whether the lease still holds: nil when a majority
+// hold its value and validity is left; ErrNotHeld when it ran out or nodes
+// answered that the value is gone; a *QuorumError when nodes failed. Check
+// reads the masters (never replicas) and changes nothing.
+func (l *Lease) Check(ctx context.Context) error {
+	if l == nil {
+		return errors.New("redlock: Check on a nil *Lease")
+	}
+	if ctx == nil {
+		return fmt.Errorf("redlock: check %q: nil context", l.key)
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("redlock: check %q: %w", l.key, contextError(ctx))
+	}
+	l.op.Lock()
+	defer l.op.Unlock()
+	if err := l.usable("check"); err != nil {
+		return err
+	}
+	lk := l.locker
+	round := lk.fanOut(ctx, nil, func(ctx context.Context, n node) (Outcome, error) {
+		return n.run(ctx, checkScript, l.key, l.value)
+	})
+	tally := round.Decide(ctx, lk.opts.NodeTimeout, granted)
+	if !tally.Won {
+		return lk.roundError(ctx, "check", l.key, tally)
+	}
+	return l.usable("check")
+}

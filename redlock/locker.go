@@ -1,0 +1,252 @@
+package redlock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	mathrand "math/rand/v2"
+	"time"
+
+	"github.com/redlock/redlock/drift"
+	"github.com/redlock/redlock/quorum"
+)
+
+// MaxKeyLen is the longest lock key accepted, in bytes. Redis allows far
+// longer keys; a lock name this long is almost certainly a bug (a payload
+// passed as the name), and it would be sent to every node on every attempt.
+const MaxKeyLen = 8 << 10
+
+// A Locker acquires leases on a fixed set of independent Redis nodes. It is
+// safe for concurrent use.
+type Locker struct {
+	nodes    []node
+	opts     Options
+	bound    drift.Bound
+	inflight tracker
+}
+
+// New returns a Locker over nodes. Each node must be a separate Redis master
+// (see Node); opts may be nil for the defaults.
+func New(nodes []Node, opts *Options) (*Locker, error) {
+	ns, err := newNodes(nodes)
+	if err != nil {
+		return nil, err
+	}
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Locker{nodes: ns, opts: o, bound: o.bound()}, nil
+}
+
+// TryLock makes one attempt to acquire key for ttl. It returns the lease, or
+// an error that tells contention (errors.Is(err, ErrNotObtained)) from
+// unavailable nodes (a *QuorumError without it) and from the caller's context
+// (errors.Is(err, ctx.Err())).
+//
+// ttl is rounded down to whole milliseconds, Redis's resolution, and must
+// exceed its drift allowance. A failed attempt is released on every node
+// before TryLock returns, or, for nodes that had not answered, as soon as
+// they do.
+func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
+	if l == nil {
+		return nil, errors.New("redlock: TryLock on a nil *Locker")
+	}
+	req, err := l.request(ctx, "acquire", key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return l.attempt(ctx, req)
+}
+
+// Lock acquires key for ttl, retrying TryLock after a random delay in
+// [RetryDelay, RetryDelay+RetryJitter) until it wins or ctx ends. Errors
+// that no retry can cure (bad arguments) are returned at once.
+//
+// Lock waits as long as ctx allows: a context without a deadline or
+// cancellation is consent to wait until the lock is free, however long that
+// is. Give it a deadline to bound the wait.
+func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
+	if l == nil {
+		return nil, errors.New("redlock: Lock on a nil *Locker")
+	}
+	req, err := l.request(ctx, "acquire", key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	for attempts := 1; ; attempts++ {
+		lease, err := l.attempt(ctx, req)
+		if err == nil {
+			return lease, nil
+		}
+		if ctx.Err() == nil {
+			wait := l.opts.RetryDelay
+			if l.opts.RetryJitter > 0 {
+				wait += mathrand.N(l.opts.RetryJitter)
+			}
+			timer := time.NewTimer(wait)
+			select {
+			case <-timer.C:
+				continue
+			case <-ctx.Done():
+				timer.Stop()
+			}
+		}
+		if errors.Is(err, ctx.Err()) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("redlock: lock %q: gave up after %d attempts: %w; last attempt: %w", key, attempts, contextError(ctx), err)
+	}
+}
+
+// Drain waits until every call this Locker still has in flight has returned:
+// replies from slow nodes, and the releases that follow late grants. Call it
+// before the process exits, so that a late grant is not left to expire on its
+// own. It returns ctx's error if ctx ends first.
+func (l *Locker) Drain(ctx context.Context) error {
+	return l.inflight.wait(ctx)
+}
+
+// request is a validated acquire or extend request.
+type request struct {
+	key     string
+	granted time.Duration // the lease the server grants: ttl rounded down to ms
+	ms      int64         // granted in milliseconds, as sent in PX
+	budget  time.Duration // granted minus the drift allowance: the most validity possible
+}
+
+func (l *Locker) request(ctx context.Context, op, key string, ttl time.Duration) (request, error) {
+	switch {
+	case ctx == nil:
+		return request{}, fmt.Errorf("redlock: %s %q: nil context", op, key)
+	case key == "":
+		return request{}, fmt.Errorf("redlock: %s: empty key", op)
+	case len(key) > MaxKeyLen:
+		return request{}, fmt.Errorf("redlock: %s: key of %d bytes is longer than MaxKeyLen (%d)", op, len(key), MaxKeyLen)
+	case ttl <= 0:
+		return request{}, fmt.Errorf("redlock: %s %q: ttl %v must be positive", op, key, ttl)
+	}
+	if err := l.bound.Check(ttl); err != nil {
+		return request{}, fmt.Errorf("redlock: %s %q: %w", op, key, err)
+	}
+	if ctx.Err() != nil {
+		return request{}, fmt.Errorf("redlock: %s %q: %w", op, key, contextError(ctx))
+	}
+	granted, ms, _ := drift.Granted(ttl)
+	return request{key: key, granted: granted, ms: ms, budget: granted - l.bound.Of(granted)}, nil
+}
+
+// attempt is one acquisition: SET NX PX GET on every node, decided early.
+func (l *Locker) attempt(ctx context.Context, req request) (*Lease, error) {
+	value := newValue()
+	start := l.opts.Clock.Now() // before the first send
+	round := l.fanOut(ctx, nil, func(ctx context.Context, n node) (Outcome, error) {
+		return n.acquire(ctx, req.key, value, req.ms)
+	})
+	// Waiting past the budget is pointless: no validity would be left.
+	tally := round.Decide(ctx, min(l.opts.NodeTimeout, req.budget), granted)
+	until := start.Add(req.budget)
+	if tally.Won && until.After(l.opts.Clock.Now()) {
+		return &Lease{locker: l, key: req.key, value: value, acquired: round, until: until}, nil
+	}
+
+	// Release everywhere. Wait for the nodes that answered, which are
+	// responsive; the others release as soon as their SET returns.
+	released := l.fanOut(ctx, round, releaseCall(req.key, value))
+	l.waitReplied(released, tally)
+	return nil, l.roundError(ctx, "acquire", req.key, tally)
+}
+
+// waitReplied waits, for at most NodeTimeout, until round's calls on the nodes
+// that replied in tally have returned.
+func (l *Locker) waitReplied(round *quorum.Round[Outcome], tally quorum.Tally[Outcome]) {
+	timer := time.NewTimer(l.opts.NodeTimeout)
+	defer timer.Stop()
+	for i, v := range tally.Votes {
+		if !v.Replied {
+			continue
+		}
+		select {
+		case <-round.Settled(i):
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// fanOut starts call on every node. If after is set, the call on node i is
+// sent only once after's call on node i has returned, so that it cannot
+// overtake it (a release must not reach a node before that node's SET).
+// Each call has its own NodeTimeout, counted from when it is sent.
+func (l *Locker) fanOut(ctx context.Context, after *quorum.Round[Outcome], call func(context.Context, node) (Outcome, error)) *quorum.Round[Outcome] {
+	l.inflight.add(len(l.nodes))
+	return quorum.Start(len(l.nodes), func(i int) (Outcome, error) {
+		defer l.inflight.done()
+		if after != nil {
+			<-after.Settled(i)
+		}
+		ctx, cancel := context.WithTimeout(ctx, l.opts.NodeTimeout)
+		defer cancel()
+		return call(ctx, l.nodes[i])
+	})
+}
+
+// releaseCall returns the compare-and-delete of key's value as a fan-out call.
+// It runs on a context detached from the caller's, so that a caller who gave
+// up (or whose context ended mid-attempt) still cleans up.
+func releaseCall(key, value string) func(context.Context, node) (Outcome, error) {
+	return func(ctx context.Context, n node) (Outcome, error) {
+		return n.run(context.WithoutCancel(ctx), releaseScript, key, value)
+	}
+}
+
+func granted(o Outcome, err error) bool { return err == nil && o == Granted }
+
+// roundError describes a round that did not succeed: see QuorumError.
+func (l *Locker) roundError(ctx context.Context, op, key string, tally quorum.Tally[Outcome]) *QuorumError {
+	e := &QuorumError{Op: op, Key: key, Need: tally.Need, Granted: tally.Accepted, Nodes: make([]NodeResult, len(tally.Votes))}
+	taken, missing := 0, 0
+	for i, v := range tally.Votes {
+		e.Nodes[i] = NodeResult{Node: i, Name: l.nodes[i].name, Outcome: v.Value, Err: v.Err}
+		if v.Err != nil {
+			e.Nodes[i].Outcome = Failed
+		}
+		switch e.Nodes[i].Outcome {
+		case Taken:
+			taken++
+		case Missing:
+			missing++
+		}
+	}
+	cannotWin := len(tally.Votes) - tally.Need // more refusals than this decide
+	switch {
+	case op != "unlock" && ctx.Err() != nil:
+		e.Cause = contextError(ctx)
+	case tally.Won:
+		e.Cause = errValidityUsedUp
+	case op == "acquire" && taken > cannotWin:
+		e.Cause = ErrNotObtained
+	case op != "acquire" && taken+missing > cannotWin:
+		e.Cause = ErrNotHeld
+	}
+	return e
+}
+
+// contextError is ctx's error, with its cause where the cause differs, so
+// that errors.Is matches both.
+func contextError(ctx context.Context) error {
+	err, cause := ctx.Err(), context.Cause(ctx)
+	if cause == nil || cause == err {
+		return err
+	}
+	return fmt.Errorf("%w: %w", err, cause)
+}
+
+// newValue returns 128 random bits, base64url-encoded: unique per acquisition.
+func newValue() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand crashes the program instead)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}

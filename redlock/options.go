@@ -1,0 +1,102 @@
+package redlock
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/redlock/redlock/clock"
+	"github.com/redlock/redlock/drift"
+)
+
+// Options configures a Locker. The zero value of every field means its
+// default, and a nil *Options means all defaults. New copies the options;
+// later changes to the caller's struct have no effect.
+type Options struct {
+	// DriftFactor is the part of the TTL set aside for clocks that run at
+	// different rates. Default 0.01; must be in [0, 1).
+	DriftFactor float64
+
+	// DriftFixed is added to the drift allowance for Redis's 1 ms expiry
+	// precision and a minimum drift. Default 2ms; must not be negative.
+	DriftFixed time.Duration
+
+	// NodeTimeout bounds how long one attempt waits for any one node: a node
+	// that has not answered by then counts as failed. It should be small
+	// against the TTL (the Redis documentation suggests 5-50 ms for a 10 s
+	// TTL) so that a dead node cannot eat the lease's validity.
+	// Default 50ms; must not be negative.
+	//
+	// It is enforced by the coordinator, not by the client library, so it
+	// holds for clients built without ContextTimeoutEnabled too.
+	NodeTimeout time.Duration
+
+	// RetryDelay is the least time Lock waits between attempts.
+	// Default 25ms; must not be negative.
+	RetryDelay time.Duration
+
+	// RetryJitter is the width of the random extra delay Lock adds to
+	// RetryDelay, so that contending clients fall out of step: each wait is
+	// drawn uniformly from [RetryDelay, RetryDelay+RetryJitter).
+	// Default 50ms; must not be negative.
+	RetryJitter time.Duration
+
+	// Clock is read to time acquisitions and leases. Default clock.System{}.
+	Clock clock.Clock
+}
+
+// Defaults for Options.
+const (
+	DefaultDriftFactor = 0.01
+	DefaultDriftFixed  = 2 * time.Millisecond
+	DefaultNodeTimeout = 50 * time.Millisecond
+	DefaultRetryDelay  = 25 * time.Millisecond
+	DefaultRetryJitter = 50 * time.Millisecond
+)
+
+// withDefaults returns a copy of o with defaults applied, or an error naming
+// the first invalid field.
+func (o *Options) withDefaults() (Options, error) {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"DriftFixed", c.DriftFixed},
+		{"NodeTimeout", c.NodeTimeout},
+		{"RetryDelay", c.RetryDelay},
+		{"RetryJitter", c.RetryJitter},
+	} {
+		if f.v < 0 {
+			return Options{}, fmt.Errorf("redlock: Options.%s is %v; it must not be negative", f.name, f.v)
+		}
+	}
+	if c.DriftFactor == 0 {
+		c.DriftFactor = DefaultDriftFactor
+	}
+	if c.DriftFixed == 0 {
+		c.DriftFixed = DefaultDriftFixed
+	}
+	if err := c.bound().Validate(); err != nil {
+		return Options{}, fmt.Errorf("redlock: Options.DriftFactor: %w", err)
+	}
+	if c.NodeTimeout == 0 {
+		c.NodeTimeout = DefaultNodeTimeout
+	}
+	if c.RetryDelay == 0 {
+		c.RetryDelay = DefaultRetryDelay
+	}
+	if c.RetryJitter == 0 {
+		c.RetryJitter = DefaultRetryJitter
+	}
+	if c.Clock == nil {
+		c.Clock = clock.System{}
+	}
+	return c, nil
+}
+
+func (o *Options) bound() drift.Bound {
+	return drift.Bound{Factor: o.DriftFactor, Fixed: o.DriftFixed}
+}
