@@ -84,7 +84,9 @@ func (r *Round[T]) Wait() {
 type Vote[T any] struct {
 	Value T
 	// Err is the call's error; ErrNoReply or the context's error (context.Cause)
-	// if the node had not replied when the decision was made.
+	// if the node had not replied when the deadline passed or the context
+	// ended. A vote with neither Replied nor Err was not waited for: the
+	// other replies decided first.
 	Err error
 	// Replied reports whether the call returned before the decision.
 	Replied bool

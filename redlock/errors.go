@@ -35,6 +35,9 @@ const (
 	Taken
 	// Missing: the key does not exist on the node.
 	Missing
+	// Unanswered: the round was decided before this node answered, without
+	// waiting for it (its call goes on in the background).
+	Unanswered
 )
 
 func (o Outcome) String() string {
@@ -45,6 +48,8 @@ func (o Outcome) String() string {
 		return "held by another value"
 	case Missing:
 		return "key missing"
+	case Unanswered:
+		return "not answered before the decision"
 	default:
 		return "failed"
 	}

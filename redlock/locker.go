@@ -210,8 +210,11 @@ func (l *Locker) roundError(ctx context.Context, op, key string, tally quorum.Ta
 	taken, missing := 0, 0
 	for i, v := range tally.Votes {
 		e.Nodes[i] = NodeResult{Node: i, Name: l.nodes[i].name, Outcome: v.Value, Err: v.Err}
-		if v.Err != nil {
+		switch {
+		case v.Err != nil:
 			e.Nodes[i].Outcome = Failed
+		case !v.Replied:
+			e.Nodes[i].Outcome = Unanswered
 		}
 		switch e.Nodes[i].Outcome {
 		case Taken:

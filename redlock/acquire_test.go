@@ -1,0 +1,417 @@
+package redlock_test
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/clock"
+	"github.com/redlock/redlock/quorum"
+	"github.com/redlock/redlock/redlock"
+)
+
+// Behaviour 1: one SET key value NX PX ttl GET per node, sent in parallel,
+// with a fresh 128-bit value per attempt; the key lands on every node with a
+// TTL no longer than asked.
+func TestAcquireSendsOneSetToAllNodesInParallel(t *testing.T) {
+	c := newCluster(t, 5)
+	// A barrier: every node's SET waits until all five have been sent, so a
+	// coordinator that sent them one after another would never get past it.
+	var arrived sync.WaitGroup
+	arrived.Add(5)
+	allSent := make(chan struct{})
+	go func() { arrived.Wait(); close(allSent) }()
+	hooks := make([]*hookNode, 5)
+	nodes := c.nodes(func(i int, n redlock.Node) redlock.Node {
+		hooks[i] = &hookNode{Node: n, beforeDo: func(ctx context.Context, _ []any) error {
+			arrived.Done()
+			select {
+			case <-allSent:
+				return nil
+			case <-time.After(5 * time.Second):
+				return errors.New("SETs were not sent in parallel")
+			}
+		}}
+		return hooks[i]
+	})
+	l := newLocker(t, nodes, &redlock.Options{NodeTimeout: 10 * time.Second})
+
+	lease, err := l.TryLock(t.Context(), "orders", 1500*time.Millisecond+700*time.Microsecond)
+	require.NoError(t, err)
+
+	drain(t, l) // the decision came at three grants; let the other two land
+	raw, err := base64.RawURLEncoding.DecodeString(lease.Value())
+	require.NoError(t, err)
+	assert.Len(t, raw, 16, "value must carry 128 random bits")
+	for i, h := range hooks {
+		sets := h.recordedSets()
+		require.Len(t, sets, 1, "node %d", i)
+		assert.Equal(t, []any{"SET", "orders", lease.Value(), "NX", "PX", int64(1500), "GET"}, sets[0], "node %d", i)
+		ttl := c.servers[i].TTL("orders")
+		assert.True(t, ttl > 0 && ttl <= 1500*time.Millisecond, "node %d TTL %v", i, ttl)
+	}
+	assert.Equal(t, []int{0, 1, 2, 3, 4}, c.holding("orders", lease.Value()))
+	require.NoError(t, lease.Unlock(t.Context()))
+}
+
+// Behaviour 1: each acquisition draws a fresh value.
+func TestValuesAreUniquePerAcquisition(t *testing.T) {
+	c := newCluster(t, 3)
+	l := newLocker(t, c.nodes(nil), nil)
+	seen := map[string]bool{}
+	for range 200 {
+		lease, err := l.TryLock(t.Context(), "k", time.Second)
+		require.NoError(t, err)
+		require.False(t, seen[lease.Value()], "value %q repeated", lease.Value())
+		seen[lease.Value()] = true
+		require.NoError(t, lease.Unlock(t.Context()))
+	}
+}
+
+// Behaviour 1: validity is ttl - elapsed - drift, with elapsed measured from
+// before the first send on the monotonic clock, and the lock is won only if
+// it is positive.
+func TestValidityCountsFromBeforeTheFirstSend(t *testing.T) {
+	c := newCluster(t, 3)
+	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	start := fake.Now()
+	var spend time.Duration // fake time each SET takes
+	var mu sync.Mutex
+	nodes := c.nodes(func(i int, n redlock.Node) redlock.Node {
+		return &hookNode{Node: n, beforeDo: func(context.Context, []any) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if i == 0 {
+				fake.Advance(spend)
+			}
+			return nil
+		}}
+	})
+	l := newLocker(t, nodes, &redlock.Options{Clock: fake, NodeTimeout: 10 * time.Second})
+
+	spend = 300 * time.Millisecond
+	lease, err := l.TryLock(t.Context(), "k", time.Second)
+	require.NoError(t, err)
+	// drift = 1s*0.01 + 2ms = 12ms.
+	assert.Equal(t, start.Add(time.Second-12*time.Millisecond), lease.Until())
+	assert.Equal(t, time.Second-12*time.Millisecond-300*time.Millisecond, lease.Validity())
+	require.NoError(t, lease.Unlock(t.Context()))
+
+	// Spending the whole budget while acquiring wins a majority, but no validity.
+	spend = time.Second - 12*time.Millisecond
+	_, err = l.TryLock(t.Context(), "k", time.Second)
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.GreaterOrEqual(t, qe.Granted, 2)
+	assert.NotErrorIs(t, err, redlock.ErrNotObtained)
+	drain(t, l)
+	assert.Empty(t, c.servers[0].Keys(), "a lock with no validity must be released")
+	assert.Empty(t, c.servers[1].Keys())
+	assert.Empty(t, c.servers[2].Keys())
+}
+
+// Behaviour 2: one hung node (accepts, never answers; the client's own read
+// timeout is 10 s) does not slow an acquisition down; three hung ones fail it
+// within about NodeTimeout, not the client's timeout.
+func TestHungNodesDecideEarly(t *testing.T) {
+	c := newCluster(t, 5)
+	proxies, nodes := c.proxied(t)
+	const nodeTimeout = 2 * time.Second
+	l := newLocker(t, nodes, &redlock.Options{NodeTimeout: nodeTimeout})
+
+	proxies[4].SetBlackhole(true)
+	start := time.Now()
+	lease, err := l.TryLock(t.Context(), "early", 10*time.Second)
+	took := time.Since(start)
+	require.NoError(t, err)
+	assert.Less(t, took, nodeTimeout/2, "one hung node must not delay the decision")
+	t.Logf("TryLock with one hung node took %v", took)
+	start = time.Now()
+	require.NoError(t, lease.Unlock(t.Context()))
+	assert.Less(t, time.Since(start), nodeTimeout/2, "Unlock must not wait for the hung node")
+
+	// Three hung: the decision must wait for NodeTimeout, but no longer.
+	l2 := newLocker(t, nodes, &redlock.Options{NodeTimeout: 300 * time.Millisecond})
+	proxies[2].SetBlackhole(true)
+	proxies[3].SetBlackhole(true)
+	start = time.Now()
+	_, err = l2.TryLock(t.Context(), "early-3", 10*time.Second)
+	took = time.Since(start)
+	t.Logf("TryLock with three hung nodes failed after %v", took)
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.NotErrorIs(t, err, redlock.ErrNotObtained)
+	assert.ErrorIs(t, err, quorum.ErrNoReply)
+	assert.GreaterOrEqual(t, took, 300*time.Millisecond)
+	assert.Less(t, took, 3*time.Second, "the client's 10s read timeout must not decide")
+	for _, p := range proxies {
+		p.SetBlackhole(false)
+		p.DropConnections() // unblock the calls stuck behind the black hole
+	}
+}
+
+// Behaviour 3: every failed attempt is released on every node, including
+// nodes that errored after applying the SET and nodes that had not answered.
+func TestFailedAttemptReleasesEveryNode(t *testing.T) {
+	t.Run("no majority", func(t *testing.T) {
+		c := newCluster(t, 5)
+		c.setOther(t, "k", 0, 1, 2)
+		hooks := make([]*hookNode, 5)
+		l := newLocker(t, c.nodes(func(i int, n redlock.Node) redlock.Node {
+			hooks[i] = &hookNode{Node: n}
+			return hooks[i]
+		}), nil)
+		_, err := l.TryLock(t.Context(), "k", time.Second)
+		require.ErrorIs(t, err, redlock.ErrNotObtained)
+		drain(t, l)
+		assert.Empty(t, c.holding("k", valueOf(t, hooks[3])), "granted nodes must be released")
+		assert.Equal(t, []int{0, 1, 2}, c.holding("k", "someone-else"), "another holder's keys must stay")
+	})
+
+	t.Run("node errors after applying", func(t *testing.T) {
+		c := newCluster(t, 5)
+		c.setOther(t, "k", 0, 1)
+		hooks := make([]*hookNode, 5)
+		l := newLocker(t, c.nodes(func(i int, n redlock.Node) redlock.Node {
+			hooks[i] = &hookNode{Node: n}
+			if i == 2 { // the SET lands, but the caller sees an error
+				hooks[i].afterDo = func([]any) error { return errInjected }
+			}
+			return hooks[i]
+		}), nil)
+		_, err := l.TryLock(t.Context(), "k", time.Second)
+		require.Error(t, err)
+		assert.ErrorIs(t, err, errInjected)
+		drain(t, l)
+		assert.Empty(t, c.holding("k", valueOf(t, hooks[2])))
+	})
+
+	t.Run("context cancelled mid-flight", func(t *testing.T) {
+		c := newCluster(t, 5)
+		ctx, cancel := context.WithCancel(t.Context())
+		gate := make(chan struct{})
+		hooks := make([]*hookNode, 5)
+		l := newLocker(t, c.nodes(func(i int, n redlock.Node) redlock.Node {
+			hooks[i] = &hookNode{Node: n}
+			if i >= 2 { // three nodes are slow: the caller cancels meanwhile
+				hooks[i].beforeDo = func(context.Context, []any) error { <-gate; return nil }
+			}
+			return hooks[i]
+		}), &redlock.Options{NodeTimeout: 10 * time.Second})
+		time.AfterFunc(20*time.Millisecond, cancel)
+		_, err := l.TryLock(ctx, "k", 5*time.Second)
+		require.ErrorIs(t, err, context.Canceled)
+		assert.NotErrorIs(t, err, redlock.ErrNotObtained)
+		value := valueOf(t, hooks[0])
+		assert.Empty(t, c.holding("k", value), "answered nodes are released before TryLock returns")
+		close(gate) // the slow SETs land now, after the attempt failed
+		drain(t, l)
+		assert.Empty(t, c.holding("k", value), "late grants are released as they arrive")
+	})
+}
+
+// Behaviour 4: a grant that arrives after the decision is released when it
+// arrives, on the failure path and after an early-decided success + Unlock.
+func TestLateRepliesLeaveNothingBehind(t *testing.T) {
+	t.Run("failed attempt", func(t *testing.T) {
+		c := newCluster(t, 5)
+		c.setOther(t, "k", 0, 1)
+		gate := make(chan struct{})
+		hooks := make([]*hookNode, 5)
+		l := newLocker(t, c.nodes(func(i int, n redlock.Node) redlock.Node {
+			hooks[i] = &hookNode{Node: n}
+			if i == 4 { // slowed past the decision
+				hooks[i].beforeDo = func(context.Context, []any) error { <-gate; return nil }
+			}
+			return hooks[i]
+		}), &redlock.Options{NodeTimeout: 100 * time.Millisecond})
+		_, err := l.TryLock(t.Context(), "k", 5*time.Second)
+		require.ErrorIs(t, err, quorum.ErrNoReply)
+		close(gate) // node 4's SET lands after TryLock returned
+		drain(t, l)
+		assert.Empty(t, c.holding("k", valueOf(t, hooks[4])))
+	})
+
+	t.Run("unlock right after an early success", func(t *testing.T) {
+		c := newCluster(t, 5)
+		gate := make(chan struct{})
+		hooks := make([]*hookNode, 5)
+		l := newLocker(t, c.nodes(func(i int, n redlock.Node) redlock.Node {
+			hooks[i] = &hookNode{Node: n}
+			if i == 4 {
+				hooks[i].beforeDo = func(context.Context, []any) error { <-gate; return nil }
+			}
+			return hooks[i]
+		}), &redlock.Options{NodeTimeout: 100 * time.Millisecond})
+		lease, err := l.TryLock(t.Context(), "k", 5*time.Second)
+		require.NoError(t, err)
+		require.NoError(t, lease.Unlock(t.Context()))
+		// Only now does node 4's SET reach the server. A delete sent at Unlock
+		// would have overtaken it and left the key for the full TTL.
+		close(gate)
+		drain(t, l)
+		assert.Empty(t, c.holding("k", lease.Value()))
+		assert.Empty(t, c.servers[4].Keys())
+	})
+}
+
+// Behaviour 5: contention, unavailable nodes and the caller's context are
+// told apart.
+func TestErrorsSeparateTheCauses(t *testing.T) {
+	t.Run("contention", func(t *testing.T) {
+		c := newCluster(t, 5)
+		l := newLocker(t, c.nodes(nil), nil)
+		held, err := l.TryLock(t.Context(), "k", time.Minute)
+		require.NoError(t, err)
+		_, err = l.TryLock(t.Context(), "k", time.Minute)
+		require.ErrorIs(t, err, redlock.ErrNotObtained)
+		var qe *redlock.QuorumError
+		require.ErrorAs(t, err, &qe)
+		assert.Equal(t, "acquire", qe.Op)
+		taken := 0
+		for _, n := range qe.Nodes {
+			assert.Contains(t, []redlock.Outcome{redlock.Taken, redlock.Unanswered}, n.Outcome)
+			if n.Outcome == redlock.Taken {
+				taken++
+			}
+		}
+		assert.GreaterOrEqual(t, taken, 3, "three refusals decide")
+		require.NoError(t, held.Unlock(t.Context()))
+	})
+
+	t.Run("unavailable nodes", func(t *testing.T) {
+		c := newCluster(t, 5)
+		l := newLocker(t, c.nodes(nil), &redlock.Options{NodeTimeout: time.Second})
+		addr0 := c.servers[0].Addr()
+		for _, i := range []int{0, 2, 4} {
+			c.servers[i].Close()
+		}
+		_, err := l.TryLock(t.Context(), "k", time.Minute)
+		var qe *redlock.QuorumError
+		require.ErrorAs(t, err, &qe)
+		assert.NotErrorIs(t, err, redlock.ErrNotObtained)
+		assert.Equal(t, redlock.Failed, qe.Nodes[0].Outcome)
+		assert.Error(t, qe.Nodes[0].Err)
+		assert.Contains(t, err.Error(), addr0, "errors name the node")
+	})
+
+	t.Run("caller's context", func(t *testing.T) {
+		c := newCluster(t, 5)
+		gate := make(chan struct{})
+		defer close(gate)
+		l := newLocker(t, c.nodes(func(i int, n redlock.Node) redlock.Node {
+			return &hookNode{Node: n, beforeDo: func(context.Context, []any) error { <-gate; return nil }}
+		}), &redlock.Options{NodeTimeout: 10 * time.Second})
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+		defer cancel()
+		_, err := l.TryLock(ctx, "k", time.Minute)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.ErrorIs(t, err, ctx.Err())
+		assert.NotErrorIs(t, err, redlock.ErrNotObtained)
+	})
+}
+
+// Behaviour 6 (timing part, on real time): Lock waits between attempts and
+// gives up when the context ends, reporting both causes.
+func TestLockRetriesUntilFree(t *testing.T) {
+	c := newCluster(t, 3)
+	hooks := make([]*hookNode, 3)
+	var mu sync.Mutex
+	var attempts []time.Time
+	l := newLocker(t, c.nodes(func(i int, n redlock.Node) redlock.Node {
+		hooks[i] = &hookNode{Node: n}
+		if i == 0 {
+			hooks[i].beforeDo = func(context.Context, []any) error {
+				mu.Lock()
+				attempts = append(attempts, time.Now())
+				mu.Unlock()
+				return nil
+			}
+		}
+		return hooks[i]
+	}), &redlock.Options{RetryDelay: 20 * time.Millisecond, RetryJitter: 10 * time.Millisecond})
+
+	held, err := l.TryLock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	attempts = nil
+
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	_, err = l.Lock(ctx, "k", time.Minute)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, redlock.ErrNotObtained, "the last attempt's cause is kept")
+	mu.Lock()
+	got := append([]time.Time(nil), attempts...)
+	mu.Unlock()
+	require.GreaterOrEqual(t, len(got), 2)
+	for i := 1; i < len(got); i++ {
+		assert.GreaterOrEqual(t, got[i].Sub(got[i-1]), 20*time.Millisecond, "Lock must never spin")
+	}
+
+	// Once the holder unlocks, a waiting Lock wins.
+	time.AfterFunc(50*time.Millisecond, func() { held.Unlock(context.Background()) })
+	lease, err := l.Lock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, lease.Unlock(t.Context()))
+}
+
+// Behaviour 9: concurrent use of one Locker and one Lease, under -race, with a
+// referee that counts overlapping critical sections across two Lockers.
+func TestConcurrentUse(t *testing.T) {
+	c := newCluster(t, 5)
+	lockers := []*redlock.Locker{
+		newLocker(t, c.nodes(nil), &redlock.Options{NodeTimeout: time.Second, RetryDelay: time.Millisecond, RetryJitter: 2 * time.Millisecond}),
+		newLocker(t, c.nodes(nil), &redlock.Options{NodeTimeout: time.Second, RetryDelay: time.Millisecond, RetryJitter: 2 * time.Millisecond}),
+	}
+	var inside, overlaps, total int64
+	var mu sync.Mutex
+	progress := make([]int, 8)
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(time.Second)
+	for g := range 8 {
+		wg.Go(func() {
+			for time.Now().Before(deadline) && progress[g] < 50 {
+				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+				lease, err := lockers[g%2].Lock(ctx, "shared", time.Minute)
+				cancel()
+				if err != nil {
+					t.Errorf("goroutine %d: %v", g, err)
+					return
+				}
+				mu.Lock()
+				inside++
+				if inside > 1 {
+					overlaps++
+				}
+				mu.Unlock()
+				// Concurrent reads of the lease while it is held.
+				var rw sync.WaitGroup
+				for range 3 {
+					rw.Go(func() { _ = lease.Validity(); _ = lease.Until(); _ = lease.Check(t.Context()) })
+				}
+				rw.Wait()
+				mu.Lock()
+				inside--
+				total++
+				progress[g]++
+				mu.Unlock()
+				if err := lease.Unlock(t.Context()); err != nil {
+					t.Errorf("goroutine %d: unlock: %v", g, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	assert.Zero(t, overlaps)
+	for g, p := range progress {
+		assert.Positive(t, p, "goroutine %d never got the lock", g)
+	}
+	t.Logf("%d critical sections, %d overlaps", total, overlaps)
+}

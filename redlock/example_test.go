@@ -1,0 +1,49 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock/redlock/redlock"
+)
+
+func Example() {
+	// Three independent Redis masters; in-process servers stand in for them here.
+	var nodes []redlock.Node
+	for range 3 {
+		srv, _ := miniredis.Run()
+		defer srv.Close()
+		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: srv.Addr()}))
+	}
+	locker, err := redlock.New(nodes, nil) // nil: default options
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	lease, err := locker.Lock(ctx, "invoice:42", 10*time.Second)
+	if err != nil {
+		fmt.Println("not locked:", err)
+		return
+	}
+	defer lease.Unlock(ctx)
+	fmt.Println("held for about 10s:", lease.Validity() > 9*time.Second)
+
+	// Another attempt while the lease is held is contention.
+	_, err = locker.TryLock(ctx, "invoice:42", 10*time.Second)
+	fmt.Println("contended:", errors.Is(err, redlock.ErrNotObtained))
+
+	// Long work: extend before the validity runs out.
+	fmt.Println("extend:", lease.Extend(ctx, 10*time.Second))
+	// Output:
+	// held for about 10s: true
+	// contended: true
+	// extend: <nil>
+}

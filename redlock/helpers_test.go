@@ -1,0 +1,200 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock/redlock/internal/faultnet"
+	"github.com/redlock/redlock/redlock"
+)
+
+// cluster is n independent in-process Redis servers (miniredis runs real Lua)
+// with a go-redis client each.
+type cluster struct {
+	servers []*miniredis.Miniredis
+	clients []*redis.Client
+}
+
+func newCluster(t *testing.T, n int) *cluster {
+	t.Helper()
+	c := &cluster{}
+	for range n {
+		m := miniredis.RunT(t)
+		c.servers = append(c.servers, m)
+		c.clients = append(c.clients, newClient(t, m.Addr()))
+	}
+	return c
+}
+
+func newClient(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	cl := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second})
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// nodes returns the cluster's clients as Nodes, each passed through wrap if
+// given (wrap may return its argument).
+func (c *cluster) nodes(wrap func(i int, n redlock.Node) redlock.Node) []redlock.Node {
+	out := make([]redlock.Node, len(c.clients))
+	for i, cl := range c.clients {
+		out[i] = cl
+		if wrap != nil {
+			out[i] = wrap(i, cl)
+		}
+	}
+	return out
+}
+
+// holding returns the indexes of servers where key holds value.
+func (c *cluster) holding(key, value string) []int {
+	var idx []int
+	for i, m := range c.servers {
+		if v, err := m.Get(key); err == nil && v == value {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+// setOther makes servers idx hold key for another client's value.
+func (c *cluster) setOther(t *testing.T, key string, idx ...int) {
+	t.Helper()
+	for _, i := range idx {
+		if err := c.servers[i].Set(key, "someone-else"); err != nil {
+			t.Fatal(err)
+		}
+		c.servers[i].SetTTL(key, time.Minute)
+	}
+}
+
+func newLocker(t *testing.T, nodes []redlock.Node, opts *redlock.Options) *redlock.Locker {
+	t.Helper()
+	l, err := redlock.New(nodes, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := l.Drain(ctx); err != nil {
+			t.Errorf("Drain: %v", err)
+		}
+	})
+	return l
+}
+
+func drain(t *testing.T, l *redlock.Locker) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := l.Drain(ctx); err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+}
+
+// proxied puts a faultnet proxy in front of each server and returns clients
+// that go through them.
+func (c *cluster) proxied(t *testing.T) ([]*faultnet.Proxy, []redlock.Node) {
+	t.Helper()
+	var proxies []*faultnet.Proxy
+	var nodes []redlock.Node
+	for _, m := range c.servers {
+		p, err := faultnet.Listen(m.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		proxies = append(proxies, p)
+		nodes = append(nodes, newClient(t, p.Addr()))
+	}
+	return proxies, nodes
+}
+
+// hookNode wraps a Node and calls hooks around its commands, for fault
+// injection without a network (like bsm/redislock's flakyScripter).
+type hookNode struct {
+	redlock.Node
+	mu sync.Mutex
+	// beforeDo runs before Do (the acquiring SET); an error is returned
+	// instead of sending the command.
+	beforeDo func(ctx context.Context, args []any) error
+	// afterDo runs after Do has been answered; an error replaces the reply.
+	afterDo func(args []any) error
+	// beforeScript runs before EvalSha/Eval.
+	beforeScript func(ctx context.Context, keys []string, args []any) error
+	sets        [][]any // recorded Do arguments
+	scriptKeys  [][]string
+}
+
+func (h *hookNode) Do(ctx context.Context, args ...any) *redis.Cmd {
+	h.mu.Lock()
+	h.sets = append(h.sets, args)
+	h.mu.Unlock()
+	if h.beforeDo != nil {
+		if err := h.beforeDo(ctx, args); err != nil {
+			cmd := redis.NewCmd(ctx, args...)
+			cmd.SetErr(err)
+			return cmd
+		}
+	}
+	cmd := h.Node.Do(ctx, args...)
+	if h.afterDo != nil {
+		if err := h.afterDo(args); err != nil {
+			cmd.SetErr(err)
+		}
+	}
+	return cmd
+}
+
+func (h *hookNode) script(ctx context.Context, keys []string, args []any) error {
+	h.mu.Lock()
+	h.scriptKeys = append(h.scriptKeys, keys)
+	h.mu.Unlock()
+	if h.beforeScript != nil {
+		return h.beforeScript(ctx, keys, args)
+	}
+	return nil
+}
+
+func (h *hookNode) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	if err := h.script(ctx, keys, args); err != nil {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
+	return h.Node.EvalSha(ctx, sha, keys, args...)
+}
+
+func (h *hookNode) Eval(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
+	if err := h.script(ctx, keys, args); err != nil {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
+	return h.Node.Eval(ctx, src, keys, args...)
+}
+
+func (h *hookNode) recordedSets() [][]any {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([][]any(nil), h.sets...)
+}
+
+var errInjected = errors.New("injected node failure")
+
+// valueOf returns the value the last SET recorded on h carried.
+func valueOf(t *testing.T, h *hookNode) string {
+	t.Helper()
+	sets := h.recordedSets()
+	if len(sets) == 0 {
+		t.Fatal("no SET recorded")
+	}
+	return sets[len(sets)-1][2].(string)
+}
