@@ -197,8 +197,18 @@ func TestFailedAttemptReleasesEveryNode(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		gate := make(chan struct{})
 		hooks := make([]*hookNode, 5)
+		var releaseCtxErrs []error // what each release's context looked like
+		var mu sync.Mutex
 		l := newLocker(t, c.nodes(func(i int, n redlock.Node) redlock.Node {
-			hooks[i] = &hookNode{Node: n}
+			hooks[i] = &hookNode{Node: n, beforeScript: func(ctx context.Context, _ []string, _ []any) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if _, ok := ctx.Deadline(); !ok {
+					releaseCtxErrs = append(releaseCtxErrs, errors.New("release without a deadline"))
+				}
+				releaseCtxErrs = append(releaseCtxErrs, ctx.Err())
+				return nil
+			}}
 			if i >= 2 { // three nodes are slow: the caller cancels meanwhile
 				hooks[i].beforeDo = func(context.Context, []any) error { <-gate; return nil }
 			}
@@ -213,6 +223,12 @@ func TestFailedAttemptReleasesEveryNode(t *testing.T) {
 		close(gate) // the slow SETs land now, after the attempt failed
 		drain(t, l)
 		assert.Empty(t, c.holding("k", value), "late grants are released as they arrive")
+		mu.Lock()
+		defer mu.Unlock()
+		require.GreaterOrEqual(t, len(releaseCtxErrs), 5) // EVALSHA, and EVAL after NOSCRIPT
+		for _, err := range releaseCtxErrs {
+			assert.NoError(t, err, "releases run on a bounded context detached from the caller's")
+		}
 	})
 }
 

@@ -129,8 +129,8 @@ type hookNode struct {
 	afterDo func(args []any) error
 	// beforeScript runs before EvalSha/Eval.
 	beforeScript func(ctx context.Context, keys []string, args []any) error
-	sets        [][]any // recorded Do arguments
-	scriptKeys  [][]string
+	sets         [][]any // recorded Do arguments
+	scriptKeys   [][]string
 }
 
 func (h *hookNode) Do(ctx context.Context, args ...any) *redis.Cmd {

@@ -154,7 +154,9 @@ func (l *Locker) attempt(ctx context.Context, req request) (*Lease, error) {
 
 	// Release everywhere. Wait for the nodes that answered, which are
 	// responsive; the others release as soon as their SET returns.
-	released := l.fanOut(ctx, round, releaseCall(req.key, value))
+	// The release runs detached from ctx, so that a caller whose context
+	// ended mid-attempt still cleans up.
+	released := l.fanOut(context.WithoutCancel(ctx), round, releaseCall(req.key, value))
 	l.waitReplied(released, tally)
 	return nil, l.roundError(ctx, "acquire", req.key, tally)
 }
@@ -194,11 +196,9 @@ func (l *Locker) fanOut(ctx context.Context, after *quorum.Round[Outcome], call 
 }
 
 // releaseCall returns the compare-and-delete of key's value as a fan-out call.
-// It runs on a context detached from the caller's, so that a caller who gave
-// up (or whose context ended mid-attempt) still cleans up.
 func releaseCall(key, value string) func(context.Context, node) (Outcome, error) {
 	return func(ctx context.Context, n node) (Outcome, error) {
-		return n.run(context.WithoutCancel(ctx), releaseScript, key, value)
+		return n.run(ctx, releaseScript, key, value)
 	}
 }
 
@@ -224,15 +224,15 @@ func (l *Locker) roundError(ctx context.Context, op, key string, tally quorum.Ta
 		}
 	}
 	cannotWin := len(tally.Votes) - tally.Need // more refusals than this decide
-	switch {
-	case op != "unlock" && ctx.Err() != nil:
-		e.Cause = contextError(ctx)
-	case tally.Won:
-		e.Cause = errValidityUsedUp
+	switch {                                   // what the nodes answered outranks a context that ended meanwhile
 	case op == "acquire" && taken > cannotWin:
 		e.Cause = ErrNotObtained
 	case op != "acquire" && taken+missing > cannotWin:
 		e.Cause = ErrNotHeld
+	case op != "unlock" && ctx.Err() != nil:
+		e.Cause = contextError(ctx)
+	case tally.Won:
+		e.Cause = errValidityUsedUp
 	}
 	return e
 }
