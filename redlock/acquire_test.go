@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -430,4 +431,43 @@ func TestConcurrentUse(t *testing.T) {
 		assert.Positive(t, p, "goroutine %d never got the lock", g)
 	}
 	t.Logf("%d critical sections, %d overlaps", total, overlaps)
+}
+
+// A client that unlocks and at once locks again must not trip over its own
+// straggling release: the new SET waits, per node, for releases this Locker
+// began earlier, as one connection per node would order them.
+func TestRelockWaitsForOwnStragglingRelease(t *testing.T) {
+	c := newCluster(t, 3)
+	gate := make(chan struct{})
+	var firstSet sync.Once
+	var nodeZeroDown atomic.Bool
+	l := newLocker(t, c.nodes(func(i int, n redlock.Node) redlock.Node {
+		h := &hookNode{Node: n}
+		switch i {
+		case 0:
+			h.beforeDo = func(context.Context, []any) error {
+				if nodeZeroDown.Load() {
+					return errInjected
+				}
+				return nil
+			}
+		case 2: // the first SET lands, but its reply is slow
+			h.afterDo = func([]any) error {
+				firstSet.Do(func() { <-gate })
+				return nil
+			}
+		}
+		return h
+	}), &redlock.Options{NodeTimeout: 2 * time.Second})
+
+	first, err := l.TryLock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, first.Unlock(t.Context())) // nodes 0 and 1; node 2's delete waits for its SET
+	require.Equal(t, []int{2}, c.holding("k", first.Value()))
+
+	nodeZeroDown.Store(true) // now nodes 1 and 2 must both grant
+	time.AfterFunc(20*time.Millisecond, func() { close(gate) })
+	second, err := l.TryLock(t.Context(), "k", time.Minute)
+	require.NoError(t, err, "the new SET on node 2 overtook this Locker's own release")
+	require.NoError(t, second.Unlock(t.Context()))
 }

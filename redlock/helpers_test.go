@@ -129,6 +129,8 @@ type hookNode struct {
 	afterDo func(args []any) error
 	// beforeScript runs before EvalSha/Eval.
 	beforeScript func(ctx context.Context, keys []string, args []any) error
+	// evalShaDelay delays every EVALSHA (not EVAL) by this much.
+	evalShaDelay time.Duration
 	sets         [][]any // recorded Do arguments
 	scriptKeys   [][]string
 }
@@ -169,6 +171,7 @@ func (h *hookNode) EvalSha(ctx context.Context, sha string, keys []string, args 
 		cmd.SetErr(err)
 		return cmd
 	}
+	time.Sleep(h.evalShaDelay)
 	return h.Node.EvalSha(ctx, sha, keys, args...)
 }
 

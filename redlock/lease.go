@@ -22,6 +22,7 @@ type Lease struct {
 
 	mu       sync.Mutex
 	until    time.Time
+	ttl      time.Duration // the longest TTL any node may have been given
 	unlocked bool
 }
 
@@ -101,8 +102,11 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	lk := l.locker
+	l.mu.Lock()
+	l.ttl = max(l.ttl, req.granted)
+	l.mu.Unlock()
 	start := lk.opts.Clock.Now()
-	round := lk.fanOut(ctx, nil, func(ctx context.Context, n node) (Outcome, error) {
+	round := lk.fanOut(ctx, nil, lk.opts.NodeTimeout, func(ctx context.Context, n node) (Outcome, error) {
 		return n.run(ctx, extendScript, l.key, l.value, req.ms)
 	})
 	tally := round.Decide(ctx, min(lk.opts.NodeTimeout, req.budget), granted)
@@ -118,8 +122,9 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 }
 
 // Unlock deletes this lease's value on every node, each after that node's
-// acquiring SET has returned, so a late SET cannot land after its delete. It
-// returns nil when a majority deleted the value; ErrNotHeld when nodes
+// acquiring SET has returned, so a late SET cannot land after its delete.
+// A later acquisition of the same key through this Locker waits on each node
+// for these deletes, so it cannot trip over them. It returns nil when a majority deleted the value; ErrNotHeld when nodes
 // answered that the value was already gone or replaced (the lock had expired
 // or been lost, so exclusion may have been broken), or when the lease was
 // already unlocked; a *QuorumError when nodes failed.
@@ -139,13 +144,14 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	already := l.unlocked
 	l.unlocked = true
 	l.until = time.Time{}
+	ttl := l.ttl
 	l.mu.Unlock()
 	if already {
 		return fmt.Errorf("redlock: unlock %q: %w: the lease was already unlocked", l.key, ErrNotHeld)
 	}
 	lk := l.locker
 	detached := context.WithoutCancel(ctx)
-	round := lk.fanOut(detached, l.acquired, releaseCall(l.key, l.value))
+	round := lk.release(ctx, l.key, l.value, l.acquired, ttl)
 	tally := round.Decide(detached, lk.opts.NodeTimeout, granted)
 	if tally.Won {
 		return nil
@@ -173,7 +179,7 @@ func (l *Lease) Check(ctx context.Context) error {
 		return err
 	}
 	lk := l.locker
-	round := lk.fanOut(ctx, nil, func(ctx context.Context, n node) (Outcome, error) {
+	round := lk.fanOut(ctx, nil, lk.opts.NodeTimeout, func(ctx context.Context, n node) (Outcome, error) {
 		return n.run(ctx, checkScript, l.key, l.value)
 	})
 	tally := round.Decide(ctx, lk.opts.NodeTimeout, granted)

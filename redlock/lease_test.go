@@ -373,3 +373,22 @@ func TestKeysArePassedAsKeys(t *testing.T) {
 	require.NoError(t, lease.Extend(t.Context(), time.Minute))
 	require.NoError(t, lease.Unlock(t.Context()))
 }
+
+// A release is cleanup and must land even when it is slow: EVALSHA answered
+// NOSCRIPT after NodeTimeout (an empty script cache, a slow node), and the
+// EVAL that follows must still be sent, not dropped for an expired deadline.
+func TestSlowReleaseStillLands(t *testing.T) {
+	c := newCluster(t, 3)
+	l := newLocker(t, c.nodes(func(i int, n redlock.Node) redlock.Node {
+		if i == 0 {
+			return &hookNode{Node: n, evalShaDelay: 150 * time.Millisecond}
+		}
+		return n
+	}), &redlock.Options{NodeTimeout: 50 * time.Millisecond})
+	lease, err := l.TryLock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	drain(t, l)
+	require.NoError(t, lease.Unlock(t.Context())) // nodes 1 and 2 decide it
+	drain(t, l)
+	assert.Empty(t, c.holding("k", lease.Value()), "the slow node kept the key")
+}

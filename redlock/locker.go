@@ -24,7 +24,8 @@ type Locker struct {
 	nodes    []node
 	opts     Options
 	bound    drift.Bound
-	inflight tracker
+	inflight tracker  // every call in flight, for Drain
+	releases releases // releases in flight, which acquisitions wait for
 }
 
 // New returns a Locker over nodes. Each node must be a separate Redis master
@@ -142,32 +143,55 @@ func (l *Locker) request(ctx context.Context, op, key string, ttl time.Duration)
 func (l *Locker) attempt(ctx context.Context, req request) (*Lease, error) {
 	value := newValue()
 	start := l.opts.Clock.Now() // before the first send
-	round := l.fanOut(ctx, nil, func(ctx context.Context, n node) (Outcome, error) {
+	earlier := l.releases.snapshot(req.key)
+	round := l.fanOut(ctx, nil, l.opts.NodeTimeout, func(ctx context.Context, n node) (Outcome, error) {
+		if err := waitFor(ctx, earlier, n.index); err != nil {
+			return Failed, fmt.Errorf("waiting for this Locker's earlier release on the node: %w", err)
+		}
 		return n.acquire(ctx, req.key, value, req.ms)
 	})
 	// Waiting past the budget is pointless: no validity would be left.
 	tally := round.Decide(ctx, min(l.opts.NodeTimeout, req.budget), granted)
 	until := start.Add(req.budget)
 	if tally.Won && until.After(l.opts.Clock.Now()) {
-		return &Lease{locker: l, key: req.key, value: value, acquired: round, until: until}, nil
+		return &Lease{locker: l, key: req.key, value: value, acquired: round, ttl: req.granted, until: until}, nil
 	}
 
 	// Release everywhere. Wait for the nodes that answered, which are
 	// responsive; the others release as soon as their SET returns.
 	// The release runs detached from ctx, so that a caller whose context
 	// ended mid-attempt still cleans up.
-	released := l.fanOut(context.WithoutCancel(ctx), round, releaseCall(req.key, value))
-	l.waitReplied(released, tally)
+	answered := settled(round)
+	released := l.release(ctx, req.key, value, round, req.granted)
+	l.waitFor(released, answered)
 	return nil, l.roundError(ctx, "acquire", req.key, tally)
 }
 
-// waitReplied waits, for at most NodeTimeout, until round's calls on the nodes
-// that replied in tally have returned.
-func (l *Locker) waitReplied(round *quorum.Round[Outcome], tally quorum.Tally[Outcome]) {
+// settled reports, for each node, whether its call in round has returned.
+func settled(round *quorum.Round[Outcome]) []bool {
+	done := make([]bool, round.Len())
+	for i := range done {
+		select {
+		case <-round.Settled(i):
+			done[i] = true
+		default:
+		}
+	}
+	return done
+}
+
+// waitFor waits, for at most NodeTimeout, until round's calls on the nodes
+// marked in which have returned.
+//
+// Releases use it to finish on every node known to be responsive (its
+// previous call returned), not just on a majority: otherwise this client's
+// next SET could reach a node before its own delete did, and find the key
+// still held by its previous lease.
+func (l *Locker) waitFor(round *quorum.Round[Outcome], which []bool) {
 	timer := time.NewTimer(l.opts.NodeTimeout)
 	defer timer.Stop()
-	for i, v := range tally.Votes {
-		if !v.Replied {
+	for i, wait := range which {
+		if !wait {
 			continue
 		}
 		select {
@@ -181,25 +205,37 @@ func (l *Locker) waitReplied(round *quorum.Round[Outcome], tally quorum.Tally[Ou
 // fanOut starts call on every node. If after is set, the call on node i is
 // sent only once after's call on node i has returned, so that it cannot
 // overtake it (a release must not reach a node before that node's SET).
-// Each call has its own NodeTimeout, counted from when it is sent.
-func (l *Locker) fanOut(ctx context.Context, after *quorum.Round[Outcome], call func(context.Context, node) (Outcome, error)) *quorum.Round[Outcome] {
+// Each call's context ends timeout after the call is sent; that bounds the
+// call for clients that honour context deadlines, while the vote is bounded
+// by Decide.
+func (l *Locker) fanOut(ctx context.Context, after *quorum.Round[Outcome], timeout time.Duration, call func(context.Context, node) (Outcome, error)) *quorum.Round[Outcome] {
 	l.inflight.add(len(l.nodes))
 	return quorum.Start(len(l.nodes), func(i int) (Outcome, error) {
 		defer l.inflight.done()
 		if after != nil {
 			<-after.Settled(i)
 		}
-		ctx, cancel := context.WithTimeout(ctx, l.opts.NodeTimeout)
+		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		return call(ctx, l.nodes[i])
 	})
 }
 
-// releaseCall returns the compare-and-delete of key's value as a fan-out call.
-func releaseCall(key, value string) func(context.Context, node) (Outcome, error) {
-	return func(ctx context.Context, n node) (Outcome, error) {
-		return n.run(ctx, releaseScript, key, value)
+// release sends the compare-and-delete of key's value to every node, each
+// after that node's call in acquired has returned. It is cleanup, so it runs
+// detached from the caller's context (a caller who gave up still cleans up),
+// and each call may take up to ttl, not just NodeTimeout: a release that is
+// slow (EVALSHA answered NOSCRIPT late, and EVAL must follow) is still worth
+// sending until the key would have expired anyway.
+func (l *Locker) release(ctx context.Context, key, value string, acquired *quorum.Round[Outcome], ttl time.Duration) *quorum.Round[Outcome] {
+	finish := make([]func(), len(l.nodes))
+	for i := range l.nodes {
+		finish[i] = l.releases.start(key, i, len(l.nodes))
 	}
+	return l.fanOut(context.WithoutCancel(ctx), acquired, max(ttl, l.opts.NodeTimeout), func(ctx context.Context, n node) (Outcome, error) {
+		defer finish[n.index]()
+		return n.run(ctx, releaseScript, key, value)
+	})
 }
 
 func granted(o Outcome, err error) bool { return err == nil && o == Granted }

@@ -37,7 +37,8 @@ var (
 // node is a Node with the name used in errors.
 type node struct {
 	Node
-	name string
+	index int
+	name  string
 }
 
 // newNodes checks the nodes passed to New: at least one, none nil, none twice.
@@ -59,7 +60,7 @@ func newNodes(nodes []Node) ([]node, error) {
 			return nil, fmt.Errorf("redlock: nodes %d and %d are the same server (%s); each node must be independent", j, i, name)
 		}
 		seen[identity] = i
-		out[i] = node{Node: n, name: name}
+		out[i] = node{Node: n, index: i, name: name}
 	}
 	return out, nil
 }

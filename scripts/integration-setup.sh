@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Makes this machine ready for the integration tests, idempotently: installs
+# docker.io and redis-server if missing (as root, with apt-get), starts dockerd
+# if no daemon answers, removes containers left by an earlier crashed run, and
+# finds or builds the Redis test image. Logs go to stderr; the last line on
+# stdout is the image to use.
+set -euo pipefail
+log() { echo "integration-setup: $*" >&2; }
+here=$(cd "$(dirname "$0")" && pwd)
+
+as_root() {
+	if [ "$(id -u)" = 0 ]; then "$@"; else
+		log "need root to run: $* (run as root, or install and start Docker yourself)"; exit 1
+	fi
+}
+
+missing=()
+command -v docker >/dev/null || missing+=(docker.io)
+command -v dockerd >/dev/null || missing+=(docker.io)
+[ -e /usr/bin/redis-server ] || command -v redis-server >/dev/null || missing+=(redis-server)
+if [ ${#missing[@]} -gt 0 ]; then
+	pkgs=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
+	log "installing $pkgs"
+	as_root apt-get update -qq >&2
+	DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq $pkgs >&2
+fi
+
+if ! docker info >/dev/null 2>&1; then
+	if [ -f /var/run/docker.pid ] && ! kill -0 "$(cat /var/run/docker.pid)" 2>/dev/null; then
+		log "removing stale /var/run/docker.pid"
+		as_root rm -f /var/run/docker.pid
+	fi
+	if ! pgrep -x dockerd >/dev/null; then
+		log "starting dockerd (log: /tmp/dockerd.log)"
+		as_root setsid dockerd >/tmp/dockerd.log 2>&1 < /dev/null &
+	fi
+	for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+	docker info >/dev/null 2>&1 || { log "dockerd did not come up; see /tmp/dockerd.log"; tail -20 /tmp/dockerd.log >&2 || true; exit 1; }
+fi
+log "docker $(docker version --format '{{.Server.Version}}') is up"
+
+stale=$(docker ps -aq --filter label=redlock.test=1)
+if [ -n "$stale" ]; then
+	log "removing $(echo "$stale" | wc -l) containers left by an earlier run"
+	docker rm -f $stale >/dev/null
+fi
+
+image=${REDLOCK_TEST_IMAGE:-redis:7}
+if ! docker image inspect "$image" >/dev/null 2>&1; then
+	if timeout 30 docker pull -q "$image" >/dev/null 2>&1; then
+		log "pulled $image"
+	else
+		image=${REDLOCK_LOCAL_IMAGE:-redlock-test/redis:local}
+		if ! docker image inspect "$image" >/dev/null 2>&1; then
+			log "cannot pull ${REDLOCK_TEST_IMAGE:-redis:7}; building $image from the local redis-server"
+			"$here/build-redis-image.sh" "$image"
+		fi
+	fi
+fi
+log "test image: $image"
+echo "$image"

@@ -1,0 +1,75 @@
+// Package integration proves the library's claims against real redis-server
+// processes in Docker containers, with real faults. Run it through
+// scripts/test.sh, which starts Docker and provides the image.
+package integration
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/redlock"
+	"github.com/redlock/redlock/test/integration/harness"
+)
+
+func TestMain(m *testing.M) {
+	harness.Setup()
+	os.Exit(m.Run())
+}
+
+func newLocker(t *testing.T, c *harness.Cluster, opts *redlock.Options) *redlock.Locker {
+	t.Helper()
+	l, err := redlock.New(c.Lockers(), opts)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := l.Drain(ctx); err != nil {
+			t.Errorf("Drain: %v", err)
+		}
+	})
+	return l
+}
+
+func drain(t *testing.T, l *redlock.Locker) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	require.NoError(t, l.Drain(ctx))
+}
+
+// eventually polls cond every 10ms until it holds or limit passes.
+func eventually(t *testing.T, limit time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		ok, err := cond()
+		require.NoError(t, err, what)
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true after %v", what, limit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// noKeys reports whether no node has a key matching pattern.
+func noKeys(ctx context.Context, c *harness.Cluster, pattern string) func() (bool, error) {
+	return func() (bool, error) {
+		keys, err := c.Keys(ctx, pattern)
+		if err != nil {
+			return false, err
+		}
+		for _, k := range keys {
+			if len(k) > 0 {
+				return false, nil
+			}
+		}
+		return true, nil
+	}
+}
