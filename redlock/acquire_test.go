@@ -82,21 +82,32 @@ func TestValidityCountsFromBeforeTheFirstSend(t *testing.T) {
 	c := newCluster(t, 3)
 	fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	start := fake.Now()
-	var spend time.Duration // fake time each SET takes
+	// Node 0's SET moves the fake clock on by spend; the others wait until it
+	// has, so that whichever replies decide, the time was spent before.
+	var spend time.Duration
+	var advanced chan struct{}
 	var mu sync.Mutex
 	nodes := c.nodes(func(i int, n redlock.Node) redlock.Node {
 		return &hookNode{Node: n, beforeDo: func(context.Context, []any) error {
 			mu.Lock()
-			defer mu.Unlock()
+			d, done := spend, advanced
+			mu.Unlock()
 			if i == 0 {
-				fake.Advance(spend)
+				fake.Advance(d)
+				close(done)
 			}
+			<-done
 			return nil
 		}}
 	})
+	setSpend := func(d time.Duration) {
+		mu.Lock()
+		spend, advanced = d, make(chan struct{})
+		mu.Unlock()
+	}
 	l := newLocker(t, nodes, &redlock.Options{Clock: fake, NodeTimeout: 10 * time.Second})
 
-	spend = 300 * time.Millisecond
+	setSpend(300 * time.Millisecond)
 	lease, err := l.TryLock(t.Context(), "k", time.Second)
 	require.NoError(t, err)
 	// drift = 1s*0.01 + 2ms = 12ms.
@@ -105,7 +116,8 @@ func TestValidityCountsFromBeforeTheFirstSend(t *testing.T) {
 	require.NoError(t, lease.Unlock(t.Context()))
 
 	// Spending the whole budget while acquiring wins a majority, but no validity.
-	spend = time.Second - 12*time.Millisecond
+	drain(t, l)
+	setSpend(time.Second - 12*time.Millisecond)
 	_, err = l.TryLock(t.Context(), "k", time.Second)
 	var qe *redlock.QuorumError
 	require.ErrorAs(t, err, &qe)
@@ -400,7 +412,8 @@ func TestConcurrentUse(t *testing.T) {
 	for g := range 8 {
 		wg.Go(func() {
 			for time.Now().Before(deadline) && progress[g] < 50 {
-				ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+				// Redlock is not fair: under load a goroutine may wait long.
+				ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 				lease, err := lockers[g%2].Lock(ctx, "shared", time.Minute)
 				cancel()
 				if err != nil {

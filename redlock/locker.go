@@ -64,7 +64,9 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*L
 
 // Lock acquires key for ttl, retrying TryLock after a random delay in
 // [RetryDelay, RetryDelay+RetryJitter) until it wins or ctx ends. Errors
-// that no retry can cure (bad arguments) are returned at once.
+// that no retry can cure (bad arguments) are returned at once. When ctx
+// ends, the error matches ctx.Err() and carries the last attempt that the
+// nodes decided (errors.Is(err, ErrNotObtained) under contention).
 //
 // Lock waits as long as ctx allows: a context without a deadline or
 // cancellation is consent to wait until the lock is free, however long that
@@ -77,10 +79,14 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 	if err != nil {
 		return nil, err
 	}
+	var decided error // the last attempt that the nodes, not ctx, decided
 	for attempts := 1; ; attempts++ {
 		lease, err := l.attempt(ctx, req)
 		if err == nil {
 			return lease, nil
+		}
+		if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
+			decided = err
 		}
 		if ctx.Err() == nil {
 			wait := l.opts.RetryDelay
@@ -95,10 +101,10 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 				timer.Stop()
 			}
 		}
-		if errors.Is(err, ctx.Err()) {
-			return nil, err
+		if decided == nil {
+			return nil, err // ctx ended the first attempt
 		}
-		return nil, fmt.Errorf("redlock: lock %q: gave up after %d attempts: %w; last attempt: %w", key, attempts, contextError(ctx), err)
+		return nil, fmt.Errorf("redlock: lock %q: gave up after %d attempts: %w; last decided attempt: %w", key, attempts, contextError(ctx), decided)
 	}
 }
 
@@ -161,37 +167,20 @@ func (l *Locker) attempt(ctx context.Context, req request) (*Lease, error) {
 	// responsive; the others release as soon as their SET returns.
 	// The release runs detached from ctx, so that a caller whose context
 	// ended mid-attempt still cleans up.
-	answered := settled(round)
 	released := l.release(ctx, req.key, value, round, req.granted)
-	l.waitFor(released, answered)
+	l.waitGranted(released, tally)
 	return nil, l.roundError(ctx, "acquire", req.key, tally)
 }
 
-// settled reports, for each node, whether its call in round has returned.
-func settled(round *quorum.Round[Outcome]) []bool {
-	done := make([]bool, round.Len())
-	for i := range done {
-		select {
-		case <-round.Settled(i):
-			done[i] = true
-		default:
-		}
-	}
-	return done
-}
-
-// waitFor waits, for at most NodeTimeout, until round's calls on the nodes
-// marked in which have returned.
-//
-// Releases use it to finish on every node known to be responsive (its
-// previous call returned), not just on a majority: otherwise this client's
-// next SET could reach a node before its own delete did, and find the key
-// still held by its previous lease.
-func (l *Locker) waitFor(round *quorum.Round[Outcome], which []bool) {
+// waitGranted waits, for at most NodeTimeout, for round's calls on the nodes
+// that granted in tally: they hold the value and just answered, so their
+// release is quick, and other clients need not find it there. Releases on
+// the other nodes go on in the background.
+func (l *Locker) waitGranted(round *quorum.Round[Outcome], tally quorum.Tally[Outcome]) {
 	timer := time.NewTimer(l.opts.NodeTimeout)
 	defer timer.Stop()
-	for i, wait := range which {
-		if !wait {
+	for i, v := range tally.Votes {
+		if !v.Accepted {
 			continue
 		}
 		select {
