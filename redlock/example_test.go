@@ -47,3 +47,11 @@ func Example() {
 	// contended: true
 	// extend: <nil>
 }
+
+// Every go-redis client shape is a Node.
+var (
+	_ redlock.Node = (*redis.Client)(nil)
+	_ redlock.Node = (*redis.ClusterClient)(nil)
+	_ redlock.Node = (*redis.Ring)(nil)
+	_ redlock.Node = redis.UniversalClient(nil)
+)

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -312,4 +313,29 @@ func TestPartitionAndKeyLoss(t *testing.T) {
 	holders, err := c.Holders(ctx, "it:part", lease.Value())
 	require.NoError(t, err)
 	assert.Empty(t, holders)
+}
+
+// Majorities of other sizes: three nodes tolerate one down, seven tolerate
+// three; one more down is a *QuorumError.
+func TestClusterSizes(t *testing.T) {
+	for _, size := range []int{3, 7} {
+		t.Run(fmt.Sprintf("%d nodes", size), func(t *testing.T) {
+			c := harness.Start(t, harness.Options{Nodes: size})
+			l := newLocker(t, c, &redlock.Options{NodeTimeout: 300 * time.Millisecond})
+			ctx := t.Context()
+			tolerated := (size - 1) / 2
+			for _, n := range c.Nodes[:tolerated] {
+				require.NoError(t, n.Crash(ctx))
+			}
+			lease, err := l.TryLock(ctx, "it:size", 10*time.Second)
+			require.NoError(t, err, "%d of %d nodes down", tolerated, size)
+			require.NoError(t, lease.Unlock(ctx))
+
+			require.NoError(t, c.Nodes[tolerated].Crash(ctx))
+			_, err = l.TryLock(ctx, "it:size", 10*time.Second)
+			var qe *redlock.QuorumError
+			require.ErrorAs(t, err, &qe, "%d of %d nodes down", tolerated+1, size)
+			assert.Equal(t, size/2+1, qe.Need)
+		})
+	}
 }
