@@ -16,6 +16,7 @@ type Lease struct {
 	locker   *Locker
 	key      string
 	value    string
+	token    uint64
 	acquired *quorum.Round[Outcome] // the SETs, which every release must follow
 
 	op sync.Mutex // serializes Extend, Unlock and Check
@@ -24,6 +25,10 @@ type Lease struct {
 	until    time.Time
 	ttl      time.Duration // the longest TTL any node may have been given
 	unlocked bool
+	lost     bool          // the lease ran out or a round found it gone
+	closed   bool          // lost or unlocked: done is (or will be made) closed
+	done     chan struct{} // made by Done
+	timer    *time.Timer   // closes done at Until minus the margin
 }
 
 // Key returns the lock's key.
@@ -41,6 +46,18 @@ func (l *Lease) Value() string {
 		return ""
 	}
 	return l.value
+}
+
+// Token returns this acquisition's fencing token, or 0 without
+// Options.Fencing. Tokens of one key grow with every acquisition that began
+// after another returned, and are never issued twice; tokens of different
+// keys are unrelated. Pass it with every write to the protected resource and
+// have the resource reject tokens lower than one it accepted (package fence).
+func (l *Lease) Token() uint64 {
+	if l == nil {
+		return 0
+	}
+	return l.token
 }
 
 // Until returns the end of the lease's validity, on the Locker's monotonic
@@ -64,10 +81,78 @@ func (l *Lease) Validity() time.Duration {
 	return l.Until().Sub(l.locker.opts.Clock.Now())
 }
 
+// expire marks the lease lost: no validity left, and Done closed.
 func (l *Lease) expire() {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.until = time.Time{}
-	l.mu.Unlock()
+	l.loseLocked()
+}
+
+func (l *Lease) loseLocked() {
+	if !l.closed {
+		l.lost = true
+	}
+	l.closeLocked()
+}
+
+func (l *Lease) closeLocked() {
+	if l.closed {
+		return
+	}
+	l.closed = true
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	if l.done != nil {
+		close(l.done)
+	}
+}
+
+// Done returns a channel that is closed when the lease is lost: a safety
+// margin (the smaller of NodeTimeout and a tenth of the TTL) before its
+// validity runs out, when an Extend or Check finds it gone, or when it is
+// unlocked. Work protected by the lease should stop when it closes.
+func (l *Lease) Done() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done == nil {
+		l.done = make(chan struct{})
+		if l.closed {
+			close(l.done)
+		} else {
+			l.timer = time.AfterFunc(l.leftLocked(), l.checkExpiry)
+		}
+	}
+	return l.done
+}
+
+// leftLocked is the time until Done should close, on the Locker's clock.
+func (l *Lease) leftLocked() time.Duration {
+	margin := min(l.locker.opts.NodeTimeout, l.ttl/10)
+	return l.until.Sub(l.locker.opts.Clock.Now()) - margin
+}
+
+// checkExpiry runs when the timer fires: the lease's clock may be a fake or
+// the lease may have been extended meanwhile, so it looks again.
+func (l *Lease) checkExpiry() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	if left := l.leftLocked(); left > 0 {
+		l.timer.Reset(left)
+		return
+	}
+	l.loseLocked()
+}
+
+// isLost reports whether the lease was lost (not merely unlocked).
+func (l *Lease) isLost() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lost
 }
 
 // usable reports why the lease cannot be extended or checked, if it cannot.
@@ -107,13 +192,16 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	l.mu.Unlock()
 	start := lk.opts.Clock.Now()
 	round := lk.fanOut(ctx, nil, lk.opts.NodeTimeout, func(ctx context.Context, n node) (Outcome, error) {
-		return n.run(ctx, extendScript, l.key, l.value, req.ms)
+		return n.run(ctx, extendScript, []string{l.key}, l.value, req.ms)
 	})
 	tally := round.Decide(ctx, min(lk.opts.NodeTimeout, req.budget), granted)
 	until := start.Add(req.budget)
 	if tally.Won && until.After(lk.opts.Clock.Now()) {
 		l.mu.Lock()
 		l.until = until
+		if l.timer != nil && !l.closed {
+			l.timer.Reset(l.leftLocked())
+		}
 		l.mu.Unlock()
 		return nil
 	}
@@ -145,6 +233,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	l.unlocked = true
 	l.until = time.Time{}
 	ttl := l.ttl
+	l.closeLocked()
 	l.mu.Unlock()
 	if already {
 		return fmt.Errorf("redlock: unlock %q: %w: the lease was already unlocked", l.key, ErrNotHeld)
@@ -180,11 +269,15 @@ func (l *Lease) Check(ctx context.Context) error {
 	}
 	lk := l.locker
 	round := lk.fanOut(ctx, nil, lk.opts.NodeTimeout, func(ctx context.Context, n node) (Outcome, error) {
-		return n.run(ctx, checkScript, l.key, l.value)
+		return n.run(ctx, checkScript, []string{l.key}, l.value)
 	})
 	tally := round.Decide(ctx, lk.opts.NodeTimeout, granted)
 	if !tally.Won {
-		return lk.roundError(ctx, "check", l.key, tally)
+		e := lk.roundError(ctx, "check", l.key, tally)
+		if errors.Is(e.Cause, ErrNotHeld) {
+			l.expire()
+		}
+		return e
 	}
 	return l.usable("check")
 }

@@ -26,6 +26,7 @@ type Locker struct {
 	bound    drift.Bound
 	inflight tracker  // every call in flight, for Drain
 	releases releases // releases in flight, which acquisitions wait for
+	durable  durableCheck
 }
 
 // New returns a Locker over nodes. Each node must be a separate Redis master
@@ -38,6 +39,12 @@ func New(nodes []Node, opts *Options) (*Locker, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	if o.Fencing && len(ns) > maxFencingNodes {
+		return nil, fmt.Errorf("redlock: %d nodes: fencing supports at most %d", len(ns), maxFencingNodes)
+	}
+	if o.RequireDurable && !o.Fencing {
+		return nil, errors.New("redlock: Options.RequireDurable needs Options.Fencing")
 	}
 	return &Locker{nodes: ns, opts: o, bound: o.bound()}, nil
 }
@@ -119,6 +126,7 @@ func (l *Locker) Drain(ctx context.Context) error {
 // request is a validated acquire or extend request.
 type request struct {
 	key     string
+	counter string        // the fencing counter's key, with Options.Fencing
 	granted time.Duration // the lease the server grants: ttl rounded down to ms
 	ms      int64         // granted in milliseconds, as sent in PX
 	budget  time.Duration // granted minus the drift allowance: the most validity possible
@@ -142,7 +150,19 @@ func (l *Locker) request(ctx context.Context, op, key string, ttl time.Duration)
 		return request{}, fmt.Errorf("redlock: %s %q: %w", op, key, contextError(ctx))
 	}
 	granted, ms, _ := drift.Granted(ttl)
-	return request{key: key, granted: granted, ms: ms, budget: granted - l.bound.Of(granted)}, nil
+	req := request{key: key, granted: granted, ms: ms, budget: granted - l.bound.Of(granted)}
+	if l.opts.Fencing && op == "acquire" {
+		var err error
+		if req.counter, err = counterKey(key); err != nil {
+			return request{}, err
+		}
+		if l.opts.RequireDurable {
+			if err := l.requireDurable(ctx); err != nil {
+				return request{}, err
+			}
+		}
+	}
+	return req, nil
 }
 
 // attempt is one acquisition: SET NX PX GET on every node, decided early.
@@ -150,17 +170,31 @@ func (l *Locker) attempt(ctx context.Context, req request) (*Lease, error) {
 	value := newValue()
 	start := l.opts.Clock.Now() // before the first send
 	earlier := l.releases.snapshot(req.key)
+	var counters []uint64 // phase-1 fencing counters; counters[i] is written by node i's call
+	if req.counter != "" {
+		counters = make([]uint64, len(l.nodes))
+	}
 	round := l.fanOut(ctx, nil, l.opts.NodeTimeout, func(ctx context.Context, n node) (Outcome, error) {
 		if err := waitFor(ctx, earlier, n.index); err != nil {
 			return Failed, fmt.Errorf("waiting for this Locker's earlier release on the node: %w", err)
+		}
+		if counters != nil {
+			o, c, err := n.acquireFenced(ctx, req.key, req.counter, value, req.ms)
+			counters[n.index] = c
+			return o, err
 		}
 		return n.acquire(ctx, req.key, value, req.ms)
 	})
 	// Waiting past the budget is pointless: no validity would be left.
 	tally := round.Decide(ctx, min(l.opts.NodeTimeout, req.budget), granted)
 	until := start.Add(req.budget)
-	if tally.Won && until.After(l.opts.Clock.Now()) {
-		return &Lease{locker: l, key: req.key, value: value, acquired: round, ttl: req.granted, until: until}, nil
+	var token uint64
+	var err error
+	if tally.Won && counters != nil {
+		token, err = l.fence(ctx, req, value, round, tally, counters, until)
+	}
+	if err == nil && tally.Won && until.After(l.opts.Clock.Now()) {
+		return &Lease{locker: l, key: req.key, value: value, token: token, acquired: round, ttl: req.granted, until: until}, nil
 	}
 
 	// Release everywhere. Wait for the nodes that answered, which are
@@ -169,6 +203,9 @@ func (l *Locker) attempt(ctx context.Context, req request) (*Lease, error) {
 	// ended mid-attempt still cleans up.
 	released := l.release(ctx, req.key, value, round, req.granted)
 	l.waitGranted(released, tally)
+	if err != nil {
+		return nil, err
+	}
 	return nil, l.roundError(ctx, "acquire", req.key, tally)
 }
 
@@ -223,7 +260,7 @@ func (l *Locker) release(ctx context.Context, key, value string, acquired *quoru
 	}
 	return l.fanOut(context.WithoutCancel(ctx), acquired, max(ttl, l.opts.NodeTimeout), func(ctx context.Context, n node) (Outcome, error) {
 		defer finish[n.index]()
-		return n.run(ctx, releaseScript, key, value)
+		return n.run(ctx, releaseScript, []string{key}, value)
 	})
 }
 

@@ -32,6 +32,14 @@ var (
 	//go:embed scripts/check.lua
 	checkLua    string
 	checkScript = redis.NewScript(checkLua)
+
+	//go:embed scripts/acquire_fenced.lua
+	acquireFencedLua    string
+	acquireFencedScript = redis.NewScript(acquireFencedLua)
+
+	//go:embed scripts/fence.lua
+	fenceLua    string
+	fenceScript = redis.NewScript(fenceLua)
 )
 
 // node is a Node with the name used in errors.
@@ -111,8 +119,8 @@ func (n node) acquire(ctx context.Context, key, value string, ms int64) (Outcome
 }
 
 // run runs one of the compare-and-act scripts (EVALSHA, EVAL on NOSCRIPT).
-func (n node) run(ctx context.Context, s *redis.Script, key string, args ...any) (Outcome, error) {
-	code, err := s.Run(ctx, n.Node, []string{key}, args...).Int64()
+func (n node) run(ctx context.Context, s *redis.Script, keys []string, args ...any) (Outcome, error) {
+	code, err := s.Run(ctx, n.Node, keys, args...).Int64()
 	if err != nil {
 		return Failed, err
 	}

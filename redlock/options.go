@@ -42,6 +42,23 @@ type Options struct {
 
 	// Clock is read to time acquisitions and leases. Default clock.System{}.
 	Clock clock.Clock
+
+	// Fencing makes every acquisition issue a fencing token (Lease.Token),
+	// monotonic per key across the nodes, at the cost of one more round trip
+	// per acquisition (none on Extend or Unlock). It keeps a permanent counter
+	// key per lock name on every node. At most 256 nodes.
+	Fencing bool
+
+	// MaxHold bounds how long Do keeps extending a lease: once another
+	// extension would carry it past MaxHold since it was acquired, Do stops
+	// extending and the lease runs out. Zero means no bound; must not be
+	// negative.
+	MaxHold time.Duration
+
+	// RequireDurable refuses fenced acquisitions (ErrNotDurable) while a
+	// majority of nodes would not keep their counters across a crash (see
+	// Locker.Durability; re-checked every 10s). Needs CONFIG GET permission.
+	RequireDurable bool
 }
 
 // Defaults for Options.
@@ -68,6 +85,7 @@ func (o *Options) withDefaults() (Options, error) {
 		{"NodeTimeout", c.NodeTimeout},
 		{"RetryDelay", c.RetryDelay},
 		{"RetryJitter", c.RetryJitter},
+		{"MaxHold", c.MaxHold},
 	} {
 		if f.v < 0 {
 			return Options{}, fmt.Errorf("redlock: Options.%s is %v; it must not be negative", f.name, f.v)

@@ -16,7 +16,8 @@ var allowed = map[string][]string{
 	"clock":   nil,
 	"drift":   nil,
 	"quorum":  nil,
-	"redlock": {"clock", "drift", "quorum", "github.com/redis/go-redis/v9"},
+	"redlock": {"clock", "drift", "quorum", "internal/hashtag", "github.com/redis/go-redis/v9"},
+	"fence":   {"internal/hashtag", "github.com/redis/go-redis/v9"},
 }
 
 type pkg struct {

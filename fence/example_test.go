@@ -1,0 +1,59 @@
+package fence_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock/redlock/redlock"
+)
+
+// A payment must happen at most once, even if two workers pick up the same
+// request. The lock keeps them from working on it at the same time; the
+// unique request id decides: a second attempt finds it taken and does
+// nothing. (The lock alone could not: a paused worker could wake after its
+// lease and pay again.)
+func Example_idempotentPayment() {
+	ctx := context.Background()
+	var nodes []redlock.Node
+	for range 3 {
+		srv, _ := miniredis.Run()
+		defer srv.Close()
+		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: srv.Addr()}))
+	}
+	locker, _ := redlock.New(nodes, &redlock.Options{Fencing: true})
+	db, _ := sql.Open("sqlite", "file:payments?mode=memory&cache=shared")
+	defer db.Close()
+	db.Exec(`CREATE TABLE payments (request_id TEXT PRIMARY KEY, amount INTEGER, fencing_token INTEGER)`)
+
+	pay := func(worker, requestID string, amount int) {
+		err := locker.Do(ctx, "payment:"+requestID, 5*time.Second, func(ctx context.Context, lease *redlock.Lease) error {
+			_, err := db.ExecContext(ctx, `INSERT INTO payments (request_id, amount, fencing_token) VALUES (?, ?, ?)`,
+				requestID, amount, int64(lease.Token()))
+			return err
+		})
+		switch {
+		case err == nil:
+			fmt.Println(worker + ": paid")
+		case strings.Contains(err.Error(), "UNIQUE constraint failed"):
+			fmt.Println(worker + ": already paid, nothing to do")
+		default:
+			fmt.Println(worker+":", err)
+		}
+	}
+	pay("worker 1", "req-7", 250)
+	pay("worker 2", "req-7", 250) // the same request, delivered twice
+
+	var n int
+	db.QueryRow(`SELECT COUNT(*) FROM payments`).Scan(&n)
+	fmt.Println("payments:", n)
+	// Output:
+	// worker 1: paid
+	// worker 2: already paid, nothing to do
+	// payments: 1
+}

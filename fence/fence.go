@@ -1,0 +1,163 @@
+// Package fence is the resource side of fencing tokens: writes that a
+// resource accepts only when they carry a token at least as high as any it
+// has accepted before, so that a lock holder that was paused past its lease
+// (and has been overtaken by a newer holder) cannot write any more.
+//
+// Tokens come from redlock.Lease.Token with redlock.Options.Fencing. Equal
+// tokens are accepted: a token is issued to one acquisition only, so an equal
+// token is the same holder writing again, which must succeed (a retried or
+// multi-step write). Lower tokens are rejected with ErrStaleToken.
+//
+// A lock with fencing reduces conflicts; the guard decides. For operations
+// that must happen at most once (a payment), also give each request a unique
+// id and let a unique constraint have the last word: see the package example.
+package fence
+
+import (
+	"context"
+	"database/sql"
+	_ "embed"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock/redlock/internal/hashtag"
+)
+
+// ErrStaleToken means the resource has already accepted a higher token: the
+// writer's lease was superseded, and the write was not applied.
+var ErrStaleToken = errors.New("fence: stale fencing token")
+
+var (
+	//go:embed set.lua
+	setLua    string
+	setScript = redis.NewScript(setLua)
+)
+
+// Redis guards values stored in Redis: each key keeps, beside it (same hash
+// slot), the highest token accepted for it.
+type Redis struct {
+	client redis.Scripter
+}
+
+// NewRedis returns a guard that writes through client.
+func NewRedis(client redis.Scripter) *Redis { return &Redis{client: client} }
+
+// Set stores value at key if token is at least the highest token accepted
+// for key, atomically with recording token; otherwise it returns
+// ErrStaleToken and changes nothing.
+func (g *Redis) Set(ctx context.Context, key string, value any, token uint64) error {
+	tk, err := tokenKey(key)
+	if err != nil {
+		return err
+	}
+	ok, err := setScript.Run(ctx, g.client, []string{key, tk}, value, pad(token)).Int64()
+	if err != nil {
+		return fmt.Errorf("fence: set %q: %w", key, err)
+	}
+	if ok != 1 {
+		return fmt.Errorf("fence: set %q with token %d: %w", key, token, ErrStaleToken)
+	}
+	return nil
+}
+
+// Token returns the highest token accepted for key, 0 if none.
+func (g *Redis) Token(ctx context.Context, key string) (uint64, error) {
+	tk, err := tokenKey(key)
+	if err != nil {
+		return 0, err
+	}
+	s, err := g.client.EvalRO(ctx, `return redis.call("GET", KEYS[1])`, []string{tk}).Text()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("fence: token of %q: %w", key, err)
+	}
+	return strconv.ParseUint(s, 10, 64)
+}
+
+func tokenKey(key string) (string, error) {
+	if key == "" {
+		return "", errors.New("fence: empty key")
+	}
+	k, err := hashtag.Beside(key, ":fence-token")
+	if err != nil {
+		return "", fmt.Errorf("fence: %w", err)
+	}
+	return k, nil
+}
+
+func pad(token uint64) string { return fmt.Sprintf("%020d", token) }
+
+// Execer is what SQL.Update needs: *sql.DB, *sql.Tx and *sql.Conn have it.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// SQL guards rows of a table that keeps, in TokenColumn, the token of the
+// last write accepted for each row. Names are identifiers of the schema, not
+// user input; Update refuses anything but plain (optionally dotted) names.
+type SQL struct {
+	Table       string
+	IDColumn    string
+	TokenColumn string
+	// Dollar selects $1-style placeholders (PostgreSQL) instead of ?.
+	Dollar bool
+}
+
+var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?$`)
+
+// Update runs, as one statement,
+//
+//	UPDATE Table SET <set>, TokenColumn = token WHERE IDColumn = id AND TokenColumn <= token
+//
+// where set is an assignment list with its own placeholders and args their
+// values. It returns nil if the row was written, ErrStaleToken if the row
+// holds a higher token, and sql.ErrNoRows if no row has that id.
+func (s SQL) Update(ctx context.Context, db Execer, id any, token uint64, set string, args ...any) error {
+	for _, name := range []string{s.Table, s.IDColumn, s.TokenColumn} {
+		if !identifier.MatchString(name) {
+			return fmt.Errorf("fence: %q is not a plain SQL identifier", name)
+		}
+	}
+	if token > math.MaxInt64 {
+		return fmt.Errorf("fence: token %d does not fit a signed 64-bit column", token)
+	}
+	t := int64(token)
+	n := len(args)
+	ph := func(i int) string { // the i-th placeholder, 1-based
+		if s.Dollar {
+			return "$" + strconv.Itoa(i)
+		}
+		return "?"
+	}
+	query := fmt.Sprintf("UPDATE %s SET %s, %s = %s WHERE %s = %s AND %s <= %s",
+		s.Table, set, s.TokenColumn, ph(n+1), s.IDColumn, ph(n+2), s.TokenColumn, ph(n+3))
+	res, err := db.ExecContext(ctx, query, append(args, t, id, t)...)
+	if err != nil {
+		return fmt.Errorf("fence: update %s: %w", s.Table, err)
+	}
+	rows, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("fence: update %s: %w", s.Table, err)
+	}
+	if rows > 0 {
+		return nil
+	}
+	// Nothing changed: a higher token, or no such row?
+	var current int64
+	err = db.QueryRowContext(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s = %s", s.TokenColumn, s.Table, s.IDColumn, ph(1)), id).Scan(&current)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("fence: update %s: no row with %s = %v: %w", s.Table, s.IDColumn, id, sql.ErrNoRows)
+	case err != nil:
+		return fmt.Errorf("fence: update %s: %w", s.Table, err)
+	}
+	return fmt.Errorf("fence: update %s %v with token %d, row has %d: %w", s.Table, id, token, current, ErrStaleToken)
+}

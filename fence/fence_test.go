@@ -1,0 +1,135 @@
+package fence_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	_ "modernc.org/sqlite" // pure-Go SQLite: a real SQL engine in-process, no cgo, no server
+
+	"github.com/redlock/redlock/clock"
+	"github.com/redlock/redlock/fence"
+	"github.com/redlock/redlock/redlock"
+)
+
+func TestRedisGuard(t *testing.T) {
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { c.Close() })
+	g := fence.NewRedis(c)
+	ctx := t.Context()
+
+	require.NoError(t, g.Set(ctx, "balance", "100", 5))
+	require.NoError(t, g.Set(ctx, "balance", "110", 5), "the same token writes again")
+	require.NoError(t, g.Set(ctx, "balance", "120", 1<<40))
+	err := g.Set(ctx, "balance", "stale", 1<<40-1)
+	require.ErrorIs(t, err, fence.ErrStaleToken)
+	v, _ := m.Get("balance")
+	assert.Equal(t, "120", v)
+	tok, err := g.Token(ctx, "balance")
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1<<40), tok)
+
+	// Tokens above 2^53 compare exactly (no Lua doubles).
+	require.NoError(t, g.Set(ctx, "big", "a", 1<<60+1))
+	require.ErrorIs(t, g.Set(ctx, "big", "b", 1<<60), fence.ErrStaleToken)
+	require.NoError(t, g.Set(ctx, "big", "c", 1<<63))
+
+	assert.Error(t, g.Set(ctx, "", "x", 1))
+	tok, err = g.Token(ctx, "never-written")
+	require.NoError(t, err)
+	assert.Zero(t, tok)
+}
+
+func openSQLite(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+t.Name()+"?mode=memory&cache=shared")
+	require.NoError(t, err)
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { db.Close() })
+	_, err = db.Exec(`CREATE TABLE accounts (id TEXT PRIMARY KEY, balance INTEGER NOT NULL, fencing_token INTEGER NOT NULL DEFAULT 0)`)
+	require.NoError(t, err)
+	_, err = db.Exec(`INSERT INTO accounts (id, balance) VALUES ('alice', 100)`)
+	require.NoError(t, err)
+	return db
+}
+
+var accounts = fence.SQL{Table: "accounts", IDColumn: "id", TokenColumn: "fencing_token"}
+
+func TestSQLGuard(t *testing.T) {
+	db := openSQLite(t)
+	ctx := t.Context()
+	balance := func() (b, tok int64) {
+		require.NoError(t, db.QueryRow(`SELECT balance, fencing_token FROM accounts WHERE id = 'alice'`).Scan(&b, &tok))
+		return b, tok
+	}
+
+	require.NoError(t, accounts.Update(ctx, db, "alice", 7, "balance = balance + ?", 10))
+	require.NoError(t, accounts.Update(ctx, db, "alice", 7, "balance = balance + ?", 5), "equal token: the same holder")
+	err := accounts.Update(ctx, db, "alice", 6, "balance = ?", 0)
+	require.ErrorIs(t, err, fence.ErrStaleToken)
+	b, tok := balance()
+	assert.Equal(t, int64(115), b)
+	assert.Equal(t, int64(7), tok)
+
+	err = accounts.Update(ctx, db, "bob", 9, "balance = ?", 1)
+	require.ErrorIs(t, err, sql.ErrNoRows)
+	assert.NotErrorIs(t, err, fence.ErrStaleToken)
+
+	bad := fence.SQL{Table: "accounts; DROP TABLE accounts", IDColumn: "id", TokenColumn: "t"}
+	assert.Error(t, bad.Update(ctx, db, "alice", 9, "balance = 1"))
+	assert.Error(t, accounts.Update(ctx, db, "alice", 1<<63, "balance = 1"), "tokens must fit BIGINT")
+}
+
+// The Kleppmann scenario: A acquires, is paused past its lease, B acquires
+// with a higher token and writes; A resumes and writes; the guard rejects A.
+func TestPausedHolderIsFencedOff(t *testing.T) {
+	ctx := t.Context()
+	var servers []*miniredis.Miniredis
+	var nodes []redlock.Node
+	for range 5 {
+		m := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { c.Close() })
+		servers, nodes = append(servers, m), append(nodes, c)
+	}
+	clockA := clock.NewFake(time.Unix(0, 0))
+	a, err := redlock.New(nodes, &redlock.Options{Fencing: true, Clock: clockA})
+	require.NoError(t, err)
+	b, err := redlock.New(nodes, &redlock.Options{Fencing: true})
+	require.NoError(t, err)
+	storage := miniredis.RunT(t)
+	sc := redis.NewClient(&redis.Options{Addr: storage.Addr()})
+	t.Cleanup(func() { sc.Close() })
+	guard := fence.NewRedis(sc)
+	db := openSQLite(t)
+
+	leaseA, err := a.TryLock(ctx, "file", 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, a.Drain(ctx))
+
+	// A stops (a GC pause) for 15 s; the lock expires on the nodes.
+	clockA.Advance(15 * time.Second)
+	for _, m := range servers {
+		m.FastForward(15 * time.Second)
+	}
+	leaseB, err := b.TryLock(ctx, "file", 10*time.Second)
+	require.NoError(t, err)
+	require.Greater(t, leaseB.Token(), leaseA.Token())
+	require.NoError(t, guard.Set(ctx, "file", "written by B", leaseB.Token()))
+	require.NoError(t, accounts.Update(ctx, db, "alice", leaseB.Token(), "balance = ?", 1))
+
+	// A wakes up, unaware, and writes.
+	assert.ErrorIs(t, guard.Set(ctx, "file", "written by A", leaseA.Token()), fence.ErrStaleToken)
+	assert.ErrorIs(t, accounts.Update(ctx, db, "alice", leaseA.Token(), "balance = ?", 2), fence.ErrStaleToken)
+	v, _ := storage.Get("file")
+	assert.Equal(t, "written by B", v)
+	require.NoError(t, leaseB.Unlock(ctx))
+	require.NoError(t, errors.Join(a.Drain(ctx), b.Drain(context.Background())))
+}

@@ -1,0 +1,214 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redlock/redlock/internal/hashtag"
+	"github.com/redlock/redlock/quorum"
+)
+
+// Fencing tokens (Options.Fencing).
+//
+// A lease can end under a holder that is paused or whose write is slow in the
+// network; the lock cannot stop that holder from writing afterwards, but the
+// resource can, if every write carries a token that grows with each
+// acquisition and the resource rejects one lower than it has seen.
+//
+// Each node keeps a permanent counter per lock key. Phase 1, in the acquiring
+// script, increments it on every node that grants. The client takes t, the
+// largest counter among the nodes that granted before the decision; taking
+// the maximum alone would not be monotonic (a node left high by an earlier
+// failed attempt could make one acquisition's maximum exceed what a later one
+// sees on other nodes). So phase 2 raises the counter to t, while the key
+// still holds this value, on the granting nodes; the acquisition succeeds only
+// if phase 2 succeeded on a majority within the validity measured from before
+// phase 1.
+//
+// Order: if acquisition A returned before B began, B's phase-1 majority meets
+// A's phase-2 majority in some node whose counter was already >= t_A when B
+// incremented it, so t_B > t_A. Uniqueness: a node's INCR results never
+// repeat (its counter only grows), and the token carries t together with the
+// index of a node where t was this acquisition's own INCR result:
+// token = t<<8 | node. Both hold only while nodes keep their counters: run
+// them with AOF and appendfsync always, and maxmemory-policy noeviction
+// (see Locker.Durability). Counters never expire: expiring one would restart
+// it below tokens already issued. Each costs one small key per lock name per
+// node.
+
+// tokenNodeBits is how many low bits of a token name the node.
+const tokenNodeBits = 8
+
+// maxFencingNodes is the most nodes a fencing Locker may have.
+const maxFencingNodes = 1 << tokenNodeBits
+
+// maxCounter keeps t<<8 within a uint64.
+const maxCounter = 1<<(64-tokenNodeBits) - 1
+
+// counterKey returns the key of key's fencing counter, in key's hash slot.
+func counterKey(key string) (string, error) {
+	k, err := hashtag.Beside(key, ":fencing")
+	if err != nil {
+		return "", fmt.Errorf("redlock: fencing: %w", err)
+	}
+	return k, nil
+}
+
+// acquireFenced runs phase 1 on one node: SET NX PX and, if set, INCR.
+func (n node) acquireFenced(ctx context.Context, key, counter, value string, ms int64) (Outcome, uint64, error) {
+	res, err := acquireFencedScript.Run(ctx, n.Node, []string{key, counter}, value, ms).Slice()
+	if err != nil {
+		return Failed, 0, err
+	}
+	if len(res) != 2 {
+		return Failed, 0, fmt.Errorf("redlock: unexpected fencing reply %v", res)
+	}
+	if code, _ := res[0].(int64); code != 1 {
+		return Taken, 0, nil
+	}
+	s, _ := res[1].(string)
+	c, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || c > maxCounter {
+		return Failed, 0, fmt.Errorf("redlock: fencing counter %q on the node is not usable", s)
+	}
+	return Granted, c, nil
+}
+
+// fence runs phase 2: with the phase-1 round won and counters the phase-1
+// replies, it raises the counter to t on every node that granted, and
+// returns the token, or the round's error.
+func (l *Locker) fence(ctx context.Context, req request, value string, phase1 *quorum.Round[Outcome], tally quorum.Tally[Outcome], counters []uint64, until time.Time) (uint64, error) {
+	var t uint64
+	owner := -1
+	for i, v := range tally.Votes {
+		if v.Accepted && (owner < 0 || counters[i] > t) {
+			t, owner = counters[i], i
+		}
+	}
+	want := strconv.FormatUint(t, 10)
+	phase2 := l.fanOut(ctx, phase1, l.opts.NodeTimeout, func(ctx context.Context, n node) (Outcome, error) {
+		if o, err := phase1.Result(n.index); err != nil || o != Granted {
+			return Failed, errNotGranted
+		}
+		return n.run(ctx, fenceScript, []string{req.key, req.counter}, value, want)
+	})
+	left := until.Sub(l.opts.Clock.Now())
+	if left <= 0 {
+		return 0, l.roundError(ctx, "acquire", req.key, tally) // validity used up in phase 1
+	}
+	tally2 := phase2.Decide(ctx, min(l.opts.NodeTimeout, left), granted)
+	if !tally2.Won {
+		e := l.roundError(ctx, "acquire", req.key, tally2)
+		e.Op = "acquire (fencing phase)"
+		return 0, e
+	}
+	return t<<tokenNodeBits | uint64(owner), nil
+}
+
+// errNotGranted is phase 2's answer for a node that did not grant phase 1.
+var errNotGranted = errors.New("redlock: node did not grant the acquisition")
+
+// ErrNotDurable is returned, when Options.RequireDurable is set, by a fenced
+// acquisition while a majority of nodes would not keep their fencing
+// counters across a crash. Locker.Durability says which nodes fall short.
+var ErrNotDurable = errors.New("redlock: nodes would not keep fencing counters across a crash")
+
+// NodeDurability is one node's persistence settings, as Durability reads them.
+type NodeDurability struct {
+	Node            int
+	Name            string
+	AppendOnly      string // "yes" needed
+	AppendFsync     string // "always" needed
+	MaxmemoryPolicy string // "noeviction" needed
+	Durable         bool   // all three as needed
+	Err             error  // CONFIG GET failed (not permitted, or unreachable)
+}
+
+// Durability reads every node's appendonly, appendfsync and
+// maxmemory-policy (CONFIG GET, where permitted) and reports which nodes
+// would keep fencing counters across a crash: AOF on, fsync on every write,
+// and no eviction. The order of fencing tokens holds only while a majority
+// of nodes keep their counters.
+func (l *Locker) Durability(ctx context.Context) []NodeDurability {
+	out := make([]NodeDurability, len(l.nodes))
+	var wg sync.WaitGroup
+	for i, n := range l.nodes {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, max(l.opts.NodeTimeout, time.Second))
+			defer cancel()
+			out[i] = n.durability(ctx)
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+func (n node) durability(ctx context.Context) NodeDurability {
+	d := NodeDurability{Node: n.index, Name: n.name}
+	res, err := n.Do(ctx, "CONFIG", "GET", "appendonly", "appendfsync", "maxmemory-policy").Result()
+	if err != nil {
+		d.Err = fmt.Errorf("CONFIG GET: %w", err)
+		return d
+	}
+	settings := map[string]string{}
+	switch r := res.(type) {
+	case []any: // RESP2: name, value, name, value...
+		for i := 0; i+1 < len(r); i += 2 {
+			k, _ := r[i].(string)
+			v, _ := r[i+1].(string)
+			settings[k] = v
+		}
+	case map[any]any: // RESP3
+		for k, v := range r {
+			ks, _ := k.(string)
+			vs, _ := v.(string)
+			settings[ks] = vs
+		}
+	}
+	d.AppendOnly, d.AppendFsync, d.MaxmemoryPolicy = settings["appendonly"], settings["appendfsync"], settings["maxmemory-policy"]
+	d.Durable = d.AppendOnly == "yes" && d.AppendFsync == "always" && d.MaxmemoryPolicy == "noeviction"
+	return d
+}
+
+// durableCheck caches whether a majority of nodes is durable, for
+// Options.RequireDurable, so that CONFIG GET is not sent on every
+// acquisition.
+type durableCheck struct {
+	mu      sync.Mutex
+	checked time.Time
+	err     error
+}
+
+// durableRecheck is how long a durability verdict is trusted.
+const durableRecheck = 10 * time.Second
+
+func (l *Locker) requireDurable(ctx context.Context) error {
+	l.durable.mu.Lock()
+	defer l.durable.mu.Unlock()
+	now := time.Now()
+	if !l.durable.checked.IsZero() && now.Sub(l.durable.checked) < durableRecheck {
+		return l.durable.err
+	}
+	var short []string
+	durable := 0
+	for _, d := range l.Durability(ctx) {
+		switch {
+		case d.Durable:
+			durable++
+		case d.Err != nil:
+			short = append(short, fmt.Sprintf("%s: %v", d.Name, d.Err))
+		default:
+			short = append(short, fmt.Sprintf("%s: appendonly %s, appendfsync %s, maxmemory-policy %s", d.Name, d.AppendOnly, d.AppendFsync, d.MaxmemoryPolicy))
+		}
+	}
+	l.durable.checked, l.durable.err = now, nil
+	if durable < quorum.Majority(len(l.nodes)) {
+		l.durable.err = fmt.Errorf("%w: %d of %d durable; %s", ErrNotDurable, durable, len(l.nodes), strings.Join(short, "; "))
+	}
+	return l.durable.err
+}
