@@ -18,6 +18,8 @@ go vet ./...
 (cd test/integration && go vet ./...)
 echo "== unit and in-process tests: go test -race ./..."
 go test -race -count=1 ./...
+echo "== fencing schedules, full set without the race detector's slowdown"
+go test -count=1 -run 'TestFencingOrderUnderRandomSchedules' -v ./redlock/ | grep -E '^(--- |ok|FAIL)|explored|seed'
 
 if [ "${REDLOCK_SKIP_INTEGRATION:-}" = 1 ]; then
 	echo "== SKIPPED the integration tests (REDLOCK_SKIP_INTEGRATION=1)"

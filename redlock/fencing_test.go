@@ -1,0 +1,246 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/redlock"
+)
+
+func TestFencingTokensGrow(t *testing.T) {
+	c := newCluster(t, 5)
+	l := newLocker(t, c.nodes(nil), &redlock.Options{Fencing: true})
+	var prev uint64
+	for i := range 20 {
+		lease, err := l.TryLock(t.Context(), "k", time.Minute)
+		require.NoError(t, err)
+		require.Greater(t, lease.Token(), prev, "acquisition %d", i)
+		assert.Less(t, lease.Token()&0xff, uint64(5), "the low byte names a node")
+		prev = lease.Token()
+		require.NoError(t, lease.Extend(t.Context(), time.Minute))
+		require.NoError(t, lease.Unlock(t.Context()))
+	}
+	drain(t, l)
+	for i, m := range c.servers {
+		assert.True(t, m.Exists("{k}:fencing"), "node %d has no counter", i)
+		assert.Zero(t, m.TTL("{k}:fencing"), "node %d: counters must never expire", i)
+	}
+	other, err := l.TryLock(t.Context(), "other-key", time.Minute)
+	require.NoError(t, err)
+	assert.Less(t, other.Token(), prev, "tokens of another key start over")
+
+	unfenced := newLocker(t, c.nodes(nil), nil)
+	lease, err := unfenced.TryLock(t.Context(), "plain", time.Minute)
+	require.NoError(t, err)
+	assert.Zero(t, lease.Token())
+}
+
+// A phase-1 script whose reply is lost is resent by go-redis and must return
+// the counter without incrementing it again.
+func TestFencingSurvivesClientRetries(t *testing.T) {
+	c := newCluster(t, 3)
+	proxies, nodes := c.proxied(t)
+	l := newLocker(t, nodes, &redlock.Options{Fencing: true, NodeTimeout: 5 * time.Second})
+	for _, p := range proxies {
+		p.CutReplies(1)
+	}
+	lease, err := l.TryLock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	drain(t, l)
+	assert.Equal(t, uint64(1), lease.Token()>>8)
+	for i, m := range c.servers {
+		v, _ := m.Get("{k}:fencing")
+		assert.Equal(t, "1", v, "node %d counted the retried acquisition twice", i)
+	}
+}
+
+func TestDurabilityOnNodesWithoutConfig(t *testing.T) {
+	c := newCluster(t, 3)
+	l := newLocker(t, c.nodes(nil), &redlock.Options{Fencing: true, RequireDurable: true})
+	for _, d := range l.Durability(t.Context()) {
+		assert.False(t, d.Durable)
+		assert.Error(t, d.Err, "miniredis has no CONFIG GET")
+	}
+	_, err := l.TryLock(t.Context(), "k", time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotDurable)
+	_, err = redlock.New(c.nodes(nil), &redlock.Options{RequireDurable: true})
+	assert.ErrorContains(t, err, "needs Options.Fencing")
+}
+
+// chaos injects seeded faults into one Locker's view of one node: late
+// replies, phase-2 messages lost before or after the node applied them, and
+// the lock key vanishing on that node alone.
+type chaos struct {
+	redlock.Node
+	srv   *miniredis.Miniredis
+	key   string
+	mu    *sync.Mutex
+	rnd   *rand.Rand
+	scale time.Duration // multiplies the delays
+}
+
+var errLostMessage = errors.New("chaos: message lost")
+
+func (c chaos) chance(p float64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rnd.Float64() < p
+}
+
+func (c chaos) delay() {
+	c.mu.Lock()
+	d := time.Duration(0)
+	if c.rnd.Float64() < 0.2 {
+		d = time.Duration(c.rnd.Int64N(int64(15 * time.Millisecond * c.scale)))
+	}
+	c.mu.Unlock()
+	time.Sleep(d)
+}
+
+func (c chaos) Do(ctx context.Context, args ...any) *redis.Cmd {
+	c.delay()
+	return c.Node.Do(ctx, args...)
+}
+
+func (c chaos) script(ctx context.Context, run func() *redis.Cmd, args []any) *redis.Cmd {
+	phase2 := len(args) == 2
+	if phase2 {
+		_, phase2 = args[1].(string) // phase 2 sends the counter as a string
+	}
+	if phase2 && c.chance(0.15) {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(errLostMessage)
+		return cmd
+	}
+	c.delay()
+	cmd := run()
+	if phase2 && c.chance(0.1) {
+		cmd.SetErr(errLostMessage) // applied, but the reply is lost
+	}
+	if c.chance(0.05) {
+		c.srv.Del(c.key) // the key expires early on this node alone
+	}
+	return cmd
+}
+
+func (c chaos) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	return c.script(ctx, func() *redis.Cmd { return c.Node.EvalSha(ctx, sha, keys, args...) }, args)
+}
+
+func (c chaos) Eval(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
+	return c.script(ctx, func() *redis.Cmd { return c.Node.Eval(ctx, src, keys, args...) }, args)
+}
+
+// TestFencingOrderUnderRandomSchedules runs many seeded schedules: three
+// clients, five nodes, random pauses and late replies, lost phase-2 messages
+// and single-node key loss, with leases short enough to expire under the
+// pauses. In every run, Order (an acquisition that began after another
+// returned has a higher token) and Uniqueness must hold. Schedules run six
+// at a time, each on its own key.
+func TestFencingOrderUnderRandomSchedules(t *testing.T) {
+	runs, parallel, scale := 2000, 6, time.Duration(1)
+	switch {
+	case raceEnabled: // scripts/test.sh also runs the full set without -race
+		runs, parallel, scale = 100, 2, 8
+	case testing.Short():
+		runs = 300
+	}
+	c := newCluster(t, 5)
+	for i, m := range c.servers { // concurrent schedules need more connections
+		c.clients[i] = redis.NewClient(&redis.Options{Addr: m.Addr(), PoolSize: 256})
+		t.Cleanup(func() { c.clients[i].Close() })
+	}
+	seeds := make(chan uint64)
+	go func() {
+		defer close(seeds)
+		for seed := uint64(1); seed <= uint64(runs); seed++ {
+			seeds <- seed
+		}
+	}()
+	var mu sync.Mutex
+	acquired, failed := 0, []string{}
+	var workers sync.WaitGroup
+	for range parallel {
+		workers.Go(func() {
+			for seed := range seeds {
+				n, err := runSchedule(c, seed, scale)
+				mu.Lock()
+				acquired += n
+				if err != nil {
+					failed = append(failed, err.Error())
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	workers.Wait()
+	t.Logf("explored %d seeded schedules (seeds 1..%d); %d successful acquisitions checked", runs, runs, acquired)
+	for _, f := range failed {
+		t.Error(f)
+	}
+	assert.Greater(t, acquired, runs, "too few acquisitions succeeded for the check to mean much")
+}
+
+// runSchedule runs the schedule of one seed and checks its acquisitions.
+// Every duration is multiplied by scale.
+func runSchedule(c *cluster, seed uint64, scale time.Duration) (int, error) {
+	type acquisition struct {
+		start, end time.Time
+		token      uint64
+	}
+	key := fmt.Sprintf("sched:%d", seed)
+	var mu sync.Mutex
+	rnd := rand.New(rand.NewPCG(seed, 0))
+	var got []acquisition
+	var wg sync.WaitGroup
+	for range 3 {
+		nodes := c.nodes(func(i int, n redlock.Node) redlock.Node {
+			return chaos{Node: n, srv: c.servers[i], key: key, mu: &mu, rnd: rnd, scale: scale}
+		})
+		l, err := redlock.New(nodes, &redlock.Options{Fencing: true, NodeTimeout: 10 * time.Millisecond * scale})
+		if err != nil {
+			return 0, err
+		}
+		wg.Go(func() {
+			defer l.Drain(context.Background())
+			for range 4 {
+				start := time.Now()
+				lease, err := l.TryLock(context.Background(), key, 40*time.Millisecond*scale)
+				end := time.Now()
+				if err != nil {
+					continue
+				}
+				mu.Lock()
+				got = append(got, acquisition{start, end, lease.Token()})
+				pause := time.Duration(rnd.Int64N(int64(50 * time.Millisecond * scale)))
+				mu.Unlock()
+				time.Sleep(pause) // sometimes past the lease's expiry
+				_ = lease.Unlock(context.Background())
+			}
+		})
+	}
+	wg.Wait()
+	tokens := map[uint64]bool{}
+	for _, a := range got {
+		if tokens[a.token] {
+			return len(got), fmt.Errorf("seed %d: token %d issued twice", seed, a.token)
+		}
+		tokens[a.token] = true
+		for _, b := range got {
+			if a.end.Before(b.start) && b.token <= a.token {
+				return len(got), fmt.Errorf("seed %d: order broken: token %d acquired after %d returned", seed, b.token, a.token)
+			}
+		}
+	}
+	return len(got), nil
+}
