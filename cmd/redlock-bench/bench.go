@@ -2,118 +2,130 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
-
-	"github.com/redlock/redlock/redlock"
 )
 
-// result is what a run measured.
+// result is what one implementation's run measured.
 type result struct {
-	elapsed                     time.Duration
-	acquired, contended, failed int
-	acquire, release, cycle     []time.Duration
+	Impl       string        `json:"impl"`
+	About      string        `json:"about"`
+	Elapsed    time.Duration `json:"elapsed_ns"`
+	Cycles     int64         `json:"cycles"`
+	Acquired   int64         `json:"acquired"`
+	Contended  int64         `json:"contended"`
+	Errors     int64         `json:"errors"`
+	FirstError string        `json:"first_error,omitempty"`
+	Allocs     float64       `json:"allocs_per_cycle"`
+
+	acquire, release, cycle *hist
 }
 
-// bench runs cfg.clients clients, each locking a key, holding it and
-// unlocking it in a loop, until cfg.duration has passed or ctx ends.
-func bench(ctx context.Context, nodes []redlock.Node, cfg config) (*result, error) {
-	locker, err := redlock.New(nodes, nil)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.duration)
-	defer cancel()
+func (r *result) rate() float64 { return float64(r.Acquired) / r.Elapsed.Seconds() }
 
+// bench runs cfg.clients clients, each acquiring, holding and releasing a
+// key in a loop, until cfg.duration has passed, cfg.ops cycles are done, or
+// ctx ends. A cycle is an attempt: contended and failed attempts count in
+// their own columns, not in the latency of completed cycles.
+func bench(ctx context.Context, im *impl, cfg config, progress io.Writer) *result {
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if cfg.ops == 0 {
+		runCtx, cancel = context.WithTimeout(runCtx, cfg.duration)
+		defer cancel()
+	}
+	res := &result{Impl: im.name, About: im.about, acquire: newHist(), release: newHist(), cycle: newHist()}
+	var started, done atomic.Int64
 	var mu sync.Mutex
-	total := &result{}
 	var wg sync.WaitGroup
+	var before, after runtimeStats
+	before.read()
 	start := time.Now()
+	stopProgress := showProgress(progress, im.name, start, &done)
 	for c := range cfg.clients {
 		wg.Go(func() {
-			r := client(ctx, locker, cfg, c)
+			acq, rel, cyc := newHist(), newHist(), newHist()
+			var got, busy, errs int64
+			var firstErr error
+			for i := c; runCtx.Err() == nil; i += cfg.clients {
+				if cfg.ops > 0 && started.Add(1) > int64(cfg.ops) {
+					break
+				}
+				key := "redlock-bench:" + strconv.Itoa(i%cfg.keys)
+				a, r, o, err := im.cycle(runCtx, key)
+				if runCtx.Err() != nil && o != acquired {
+					break // the run ended under this attempt
+				}
+				switch o {
+				case acquired:
+					got++
+					acq.record(a)
+					rel.record(r)
+					cyc.record(a + r)
+				case contended:
+					busy++
+				default:
+					errs++
+					if firstErr == nil {
+						firstErr = err
+					}
+				}
+				done.Add(1)
+			}
 			mu.Lock()
 			defer mu.Unlock()
-			total.merge(r)
+			res.acquire.merge(acq)
+			res.release.merge(rel)
+			res.cycle.merge(cyc)
+			res.Acquired += got
+			res.Contended += busy
+			res.Errors += errs
+			if firstErr != nil && res.FirstError == "" {
+				res.FirstError = firstErr.Error()
+			}
 		})
 	}
 	wg.Wait()
-	total.elapsed = time.Since(start)
-	drainCtx, cancelDrain := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancelDrain()
-	_ = locker.Drain(drainCtx)
-	return total, nil
-}
-
-func client(ctx context.Context, locker *redlock.Locker, cfg config, id int) *result {
-	r := &result{}
-	for i := id; ctx.Err() == nil; i += cfg.clients {
-		key := "redlock-bench:" + strconv.Itoa(i%cfg.keys)
-		t0 := time.Now()
-		lease, err := locker.TryLock(ctx, key, cfg.ttl)
-		t1 := time.Now()
-		switch {
-		case ctx.Err() != nil:
-			return r
-		case errors.Is(err, redlock.ErrNotObtained):
-			r.contended++
-			continue
-		case err != nil:
-			r.failed++
-			continue
-		}
-		r.acquired++
-		r.acquire = append(r.acquire, t1.Sub(t0))
-		if cfg.hold > 0 {
-			time.Sleep(cfg.hold)
-		}
-		t2 := time.Now()
-		if err := lease.Unlock(context.WithoutCancel(ctx)); err != nil {
-			r.failed++
-		}
-		t3 := time.Now()
-		r.release = append(r.release, t3.Sub(t2))
-		r.cycle = append(r.cycle, t3.Sub(t0))
+	res.Elapsed = time.Since(start)
+	stopProgress()
+	after.read()
+	res.Cycles = res.Acquired + res.Contended + res.Errors
+	if res.Cycles > 0 {
+		res.Allocs = float64(after.mallocs-before.mallocs) / float64(res.Cycles)
 	}
-	return r
+	im.drain()
+	return res
 }
 
-func (r *result) merge(o *result) {
-	r.acquired += o.acquired
-	r.contended += o.contended
-	r.failed += o.failed
-	r.acquire = append(r.acquire, o.acquire...)
-	r.release = append(r.release, o.release...)
-	r.cycle = append(r.cycle, o.cycle...)
-}
-
-// percentile returns the q-quantile (0..1) of sorted, nearest-rank.
-func percentile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
+// showProgress prints a live line (elapsed, cycles, current rate) to w every
+// half second, if w is not nil, until the returned func is called.
+func showProgress(w io.Writer, name string, start time.Time, done *atomic.Int64) func() {
+	if w == nil {
+		return func() {}
 	}
-	i := int(q*float64(len(sorted))+0.5) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
-}
-
-func (r *result) print(w io.Writer) {
-	fmt.Fprintf(w, "cycles/s %.0f   acquired %d   contended %d   errors %d   (%v)\n",
-		float64(len(r.cycle))/r.elapsed.Seconds(), r.acquired, r.contended, r.failed, r.elapsed.Round(time.Millisecond))
-	fmt.Fprintf(w, "%-8s %10s %10s %10s %10s %10s\n", "latency", "p50", "p90", "p99", "p99.9", "max")
-	for _, row := range []struct {
-		name string
-		d    []time.Duration
-	}{{"acquire", r.acquire}, {"release", r.release}, {"cycle", r.cycle}} {
-		slices.Sort(row.d)
-		fmt.Fprintf(w, "%-8s", row.name)
-		for _, q := range []float64{0.5, 0.9, 0.99, 0.999, 1} {
-			fmt.Fprintf(w, " %10v", percentile(row.d, q).Round(time.Microsecond))
+	stop := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		last, lastAt := int64(0), start
+		for {
+			select {
+			case <-stop:
+				fmt.Fprint(w, "\r\033[K")
+				return
+			case now := <-tick.C:
+				n := done.Load()
+				rate := float64(n-last) / now.Sub(lastAt).Seconds()
+				last, lastAt = n, now
+				fmt.Fprintf(w, "\r\033[K%s: %v elapsed, %d cycles, %.0f/s", name, now.Sub(start).Round(100*time.Millisecond), n, rate)
+			}
 		}
-		fmt.Fprintln(w)
-	}
+	}()
+	return func() { close(stop); <-finished }
 }

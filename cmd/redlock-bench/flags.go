@@ -1,52 +1,213 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"time"
 )
 
 type config struct {
-	clients  int
-	keys     int
-	nodes    int
-	ttl      time.Duration
-	hold     time.Duration
-	duration time.Duration
+	nodes       []string        // -nodes: addresses or redis:// URLs
+	spawn       int             // -spawn: local redis-server processes
+	embedded    int             // -embedded: in-process nodes (the default source)
+	clients     int             // -clients
+	keys        int             // -keys
+	ttl         time.Duration   // -ttl
+	hold        time.Duration   // -hold
+	duration    time.Duration   // -duration
+	ops         int             // -ops: total cycles per implementation (0: use duration)
+	fencing     bool            // -fencing
+	mode        string          // -mode
+	nodeTimeout time.Duration   // -node-timeout
+	latency     []time.Duration // -node-latency
+	faults      []fault         // -fault
+	impls       []string        // -impl
+	jsonOut     bool            // -json
+	plot        string          // -plot
+	quiet       bool            // -q
 }
+
+// fault is one scheduled fault: freeze node k at `at` for `for` (0: to the
+// end), or stop it.
+type fault struct {
+	kind string // "freeze" or "stop"
+	node int
+	at   time.Duration
+	dur  time.Duration
+}
+
+var allImpls = []string{"redlock", "raw", "redsync", "redsync-failfast"}
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
+	var nodes, latency, faults, impl string
 	fs := flag.NewFlagSet("redlock-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.StringVar(&nodes, "nodes", "", "comma-separated `host:port` or redis:// / rediss:// URLs of the nodes to benchmark")
+	fs.IntVar(&c.spawn, "spawn", 0, "start `N` local redis-server processes on free 127.0.0.1 ports")
+	fs.IntVar(&c.embedded, "embedded", 5, "in-process Redis nodes to start when neither -nodes nor -spawn is given")
 	fs.IntVar(&c.clients, "clients", 4, "concurrent clients")
-	fs.IntVar(&c.keys, "keys", 1, "distinct lock names; 1 makes every client contend")
-	fs.IntVar(&c.nodes, "embedded", 5, "in-process Redis nodes to start")
+	fs.IntVar(&c.keys, "keys", 1, "distinct lock names; 1 makes every client contend for one key")
 	fs.DurationVar(&c.ttl, "ttl", 10*time.Second, "lock TTL")
 	fs.DurationVar(&c.hold, "hold", 0, "time inside the critical section")
-	fs.DurationVar(&c.duration, "duration", 2*time.Second, "how long to run")
+	fs.DurationVar(&c.duration, "duration", 2*time.Second, "how long to run each implementation")
+	fs.IntVar(&c.ops, "ops", 0, "run this many cycles per implementation instead of -duration")
+	fs.BoolVar(&c.fencing, "fencing", false, "issue fencing tokens (redlock only)")
+	fs.StringVar(&c.mode, "mode", "trylock", "trylock (one attempt per cycle), lock (wait for the lock) or do (Locker.Do)")
+	fs.DurationVar(&c.nodeTimeout, "node-timeout", 0, "redlock's per-node timeout (0: the library default, 50ms)")
+	fs.StringVar(&latency, "node-latency", "", "comma-separated one-way `delays`, one per node, through a delay proxy (e.g. 1ms,2ms,3ms,4ms,50ms)")
+	fs.StringVar(&faults, "fault", "", "faults to inject: `freeze:K@T[+D]` or stop:K@T, comma-separated (node K, at T, for D)")
+	fs.StringVar(&impl, "impl", "redlock", "implementations: redlock, raw, redsync, redsync-failfast, or all (comma-separated)")
+	fs.BoolVar(&c.jsonOut, "json", false, "print results as JSON")
+	fs.StringVar(&c.plot, "plot", "", "write a latency CDF per implementation to this SVG `file`")
+	fs.BoolVar(&c.quiet, "q", false, "no progress line")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	switch {
-	case c.clients < 1:
-		return config{}, fmt.Errorf("-clients %d: need at least 1", c.clients)
-	case c.keys < 1:
-		return config{}, fmt.Errorf("-keys %d: need at least 1", c.keys)
-	case c.nodes < 1 || c.nodes > 99:
-		return config{}, fmt.Errorf("-embedded %d: need 1 to 99", c.nodes)
-	case c.ttl <= 0:
-		return config{}, fmt.Errorf("-ttl %v: must be positive", c.ttl)
-	case c.hold < 0:
-		return config{}, fmt.Errorf("-hold %v: must not be negative", c.hold)
-	case c.hold >= c.ttl:
-		return config{}, fmt.Errorf("-hold %v: must be shorter than -ttl %v", c.hold, c.ttl)
-	case c.duration <= 0:
-		return config{}, fmt.Errorf("-duration %v: must be positive", c.duration)
+	var err error
+	if nodes != "" {
+		c.nodes = strings.Split(nodes, ",")
 	}
-	return c, nil
+	if c.latency, err = parseDurations(latency); err != nil {
+		return config{}, fmt.Errorf("-node-latency: %w", err)
+	}
+	if c.faults, err = parseFaults(faults); err != nil {
+		return config{}, fmt.Errorf("-fault: %w", err)
+	}
+	if c.impls, err = parseImpls(impl); err != nil {
+		return config{}, fmt.Errorf("-impl: %w", err)
+	}
+	return c, c.validate()
+}
+
+func (c *config) nodeCount() int {
+	switch {
+	case len(c.nodes) > 0:
+		return len(c.nodes)
+	case c.spawn > 0:
+		return c.spawn
+	}
+	return c.embedded
+}
+
+func (c *config) validate() error {
+	switch {
+	case len(c.nodes) > 0 && c.spawn > 0:
+		return errors.New("-nodes and -spawn: give one of them")
+	case c.spawn < 0 || c.spawn > 99:
+		return fmt.Errorf("-spawn %d: need 1 to 99", c.spawn)
+	case c.embedded < 1 || c.embedded > 99:
+		return fmt.Errorf("-embedded %d: need 1 to 99", c.embedded)
+	case c.clients < 1 || c.clients > 10000:
+		return fmt.Errorf("-clients %d: need 1 to 10000", c.clients)
+	case c.keys < 1:
+		return fmt.Errorf("-keys %d: need at least 1", c.keys)
+	case c.ttl < 3*time.Millisecond:
+		return fmt.Errorf("-ttl %v: must be at least 3ms", c.ttl)
+	case c.hold < 0:
+		return fmt.Errorf("-hold %v: must not be negative", c.hold)
+	case c.hold >= c.ttl:
+		return fmt.Errorf("-hold %v: must be shorter than -ttl %v", c.hold, c.ttl)
+	case c.duration <= 0:
+		return fmt.Errorf("-duration %v: must be positive", c.duration)
+	case c.ops < 0:
+		return fmt.Errorf("-ops %d: must not be negative", c.ops)
+	case c.nodeTimeout < 0:
+		return fmt.Errorf("-node-timeout %v: must not be negative", c.nodeTimeout)
+	case c.mode != "trylock" && c.mode != "lock" && c.mode != "do":
+		return fmt.Errorf("-mode %q: want trylock, lock or do", c.mode)
+	}
+	for i, n := range c.nodes {
+		if strings.TrimSpace(n) == "" {
+			return fmt.Errorf("-nodes: entry %d is empty", i+1)
+		}
+	}
+	n := c.nodeCount()
+	if len(c.latency) > 0 && len(c.latency) != n {
+		return fmt.Errorf("-node-latency: %d delays for %d nodes", len(c.latency), n)
+	}
+	for _, f := range c.faults {
+		if f.node >= n {
+			return fmt.Errorf("-fault %s:%d: there are only %d nodes (numbered from 0)", f.kind, f.node, n)
+		}
+	}
+	return nil
+}
+
+func parseDurations(s string) ([]time.Duration, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []time.Duration
+	for _, part := range strings.Split(s, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(part))
+		if err != nil {
+			return nil, err
+		}
+		if d < 0 {
+			return nil, fmt.Errorf("%v is negative", d)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// parseFaults parses "freeze:2@1s+2s,stop:4@3s".
+func parseFaults(s string) ([]fault, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []fault
+	for _, part := range strings.Split(s, ",") {
+		kind, rest, ok := strings.Cut(strings.TrimSpace(part), ":")
+		if !ok || (kind != "freeze" && kind != "stop") {
+			return nil, fmt.Errorf("%q: want freeze:K@T[+D] or stop:K@T", part)
+		}
+		node, when, ok := strings.Cut(rest, "@")
+		if !ok {
+			return nil, fmt.Errorf("%q: missing @T", part)
+		}
+		k, err := strconv.Atoi(node)
+		if err != nil || k < 0 {
+			return nil, fmt.Errorf("%q: node %q is not a node number", part, node)
+		}
+		at, span, hasSpan := strings.Cut(when, "+")
+		f := fault{kind: kind, node: k}
+		if f.at, err = time.ParseDuration(at); err != nil || f.at < 0 {
+			return nil, fmt.Errorf("%q: bad time %q", part, at)
+		}
+		if hasSpan {
+			if f.dur, err = time.ParseDuration(span); err != nil || f.dur <= 0 {
+				return nil, fmt.Errorf("%q: bad duration %q", part, span)
+			}
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+func parseImpls(s string) ([]string, error) {
+	if s == "all" {
+		return allImpls, nil
+	}
+	var out []string
+	for _, name := range strings.Split(s, ",") {
+		name = strings.TrimSpace(name)
+		found := false
+		for _, known := range allImpls {
+			found = found || name == known
+		}
+		if !found {
+			return nil, fmt.Errorf("unknown implementation %q (want %s or all)", name, strings.Join(allImpls, ", "))
+		}
+		out = append(out, name)
+	}
+	return out, nil
 }

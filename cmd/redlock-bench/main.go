@@ -1,23 +1,52 @@
 // Command redlock-bench measures what a Redlock lock cycle (acquire, hold,
-// release) costs, and how it behaves under contention.
+// release) costs on a set of Redis nodes, and how it behaves when a node is
+// slow or gone, side by side with what teams would otherwise use.
 //
-// With no flags it starts five in-process Redis nodes (miniredis, with real
-// Lua scripting), runs a short workload against them, and prints the result,
-// so it works on a machine with nothing installed:
+// With no flags it starts five in-process Redis nodes (miniredis, real Lua),
+// runs a short workload against them and prints the result, so it works on
+// a machine with nothing installed:
 //
 //	go run ./cmd/redlock-bench
 //
-// Flags:
+// Nodes (one of):
 //
-//	-clients N     concurrent clients (default 4)
-//	-keys N        distinct lock names; 1 makes every client contend (default 1)
-//	-ttl D         lock TTL (default 10s)
-//	-hold D        time inside the critical section (default 0)
-//	-duration D    how long to run (default 2s)
-//	-embedded N    in-process nodes to start (default 5)
+//	-nodes a:6379,b:6379      real nodes: host:port, or redis:// and rediss:// URLs (password, TLS)
+//	-spawn N                  start N local redis-server processes on free 127.0.0.1 ports;
+//	                          they are stopped on exit, Ctrl-C included
+//	-embedded N               in-process nodes (the default, 5)
 //
-// In-process nodes share this process's CPU; their numbers show the
-// library's own overhead, not a network's.
+// Workload:
+//
+//	-clients N      concurrent clients (4)
+//	-keys N         distinct lock names; 1 makes every client contend (1)
+//	-ttl D          lock TTL (10s)
+//	-hold D         time inside the critical section (0)
+//	-duration D     how long each implementation runs (2s), or
+//	-ops N          how many cycles each implementation runs
+//	-mode M         trylock (one attempt per cycle), lock (wait), or do (Locker.Do)
+//	-fencing        issue fencing tokens
+//	-node-timeout D redlock's per-node timeout (library default 50ms)
+//
+// Deployment models and faults (through a TCP proxy in front of each node):
+//
+//	-node-latency 1ms,2ms,3ms,4ms,50ms   one-way delay per node, to model zones
+//	-fault freeze:4@1s+2s,stop:3@2s      freeze node 4 at 1s for 2s (it keeps
+//	                                     connections, answers nothing); stop node 3 at 2s
+//
+// Implementations (-impl, comma-separated, or all), run in turn on the same
+// nodes with the same workload:
+//
+//	redlock            this library
+//	raw                SET NX PX + compare-and-delete on one node: the floor
+//	                   (the third-fastest node under -node-latency)
+//	redsync            github.com/go-redsync/redsync/v4, defaults
+//	redsync-failfast   redsync with WithFailFast(true)
+//
+// Output: a table per implementation (cycles/s, acquired/contended/error
+// counts, allocations per cycle, acquire/release/cycle latency percentiles
+// from log-linear histograms), a side-by-side comparison, -json for
+// machines, -plot FILE.svg for a latency CDF, and a live progress line on a
+// terminal unless -q. The exit status is non-zero on bad flags or failure.
 package main
 
 import (
@@ -28,12 +57,15 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"syscall"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "redlock-bench:", err)
 		}
@@ -46,17 +78,71 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	nodes, describe, cleanup, err := embeddedNodes(cfg.nodes)
+	d, err := newDeployment(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
-	fmt.Fprintf(stdout, "redlock-bench: %s; %d clients, %d keys, ttl %v, hold %v, %v\n",
-		describe, cfg.clients, cfg.keys, cfg.ttl, cfg.hold, cfg.duration)
-	res, err := bench(ctx, nodes, cfg)
-	if err != nil {
-		return err
+	defer d.close()
+
+	var progress io.Writer
+	if !cfg.quiet && !cfg.jsonOut && isTerminal(stderr) {
+		progress = stderr
 	}
-	res.print(stdout)
+	out := stdout
+	if cfg.jsonOut {
+		out = io.Discard
+	}
+	workload := fmt.Sprintf("%d clients, %d keys, ttl %v, hold %v, mode %s", cfg.clients, cfg.keys, cfg.ttl, cfg.hold, cfg.mode)
+	if cfg.ops > 0 {
+		workload += fmt.Sprintf(", %d cycles each", cfg.ops)
+	} else {
+		workload += fmt.Sprintf(", %v each", cfg.duration)
+	}
+	fmt.Fprintf(out, "redlock-bench: %s\nworkload: %s\n", d.describe, workload)
+
+	var results []*result
+	for _, name := range cfg.impls {
+		im, err := newImpl(name, d, cfg)
+		if err != nil {
+			return err
+		}
+		faultCtx, cancelFaults := context.WithCancel(ctx)
+		d.inject(faultCtx, cfg.faults)
+		r := bench(ctx, im, cfg, progress)
+		cancelFaults()
+		results = append(results, r)
+		printTable(out, r)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	printComparison(out, results)
+
+	if cfg.plot != "" {
+		f, err := os.Create(cfg.plot)
+		if err != nil {
+			return err
+		}
+		if err := writePlot(f, d.describe+"; "+workload, results); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "\nlatency CDF written to %s\n", cfg.plot)
+	}
+	if cfg.jsonOut {
+		return writeJSON(stdout, d.describe, cfg, results)
+	}
 	return nil
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

@@ -21,7 +21,8 @@ type Proxy struct {
 	mu        sync.Mutex
 	up, down  time.Duration // delay client->server, server->client
 	blackhole bool
-	cuts      int // replies still to lose, each closing its connection
+	refuse    bool // close new connections at once, like a stopped server
+	cuts      int  // replies still to lose, each closing its connection
 	conns     map[net.Conn]struct{}
 	closed    bool
 	wg        sync.WaitGroup
@@ -57,6 +58,17 @@ func (p *Proxy) SetBlackhole(on bool) {
 	p.mu.Lock()
 	p.blackhole = on
 	p.mu.Unlock()
+}
+
+// SetDown makes the proxy act as a stopped server while on: open
+// connections are dropped, and new ones are closed as soon as accepted.
+func (p *Proxy) SetDown(on bool) {
+	p.mu.Lock()
+	p.refuse = on
+	p.mu.Unlock()
+	if on {
+		p.DropConnections()
+	}
 }
 
 // CutReplies makes the next n replies from the server be lost: each is
@@ -96,6 +108,13 @@ func (p *Proxy) accept() {
 		client, err := p.ln.Accept()
 		if err != nil {
 			return
+		}
+		p.mu.Lock()
+		refuse := p.refuse
+		p.mu.Unlock()
+		if refuse {
+			client.Close()
+			continue
 		}
 		server, err := net.Dial("tcp", p.target)
 		if err != nil {

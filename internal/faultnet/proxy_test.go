@@ -128,4 +128,18 @@ func TestProxy(t *testing.T) {
 			t.Fatal("a dropped connection answered")
 		}
 	})
+
+	t.Run("down", func(t *testing.T) {
+		p.SetDown(true)
+		c, r := dial(t, p)
+		if _, err := roundTrip(c, r, 5*time.Second); err == nil {
+			t.Fatal("a down proxy answered")
+		}
+		p.SetDown(false)
+		c, r = dial(t, p)
+		if _, err := roundTrip(c, r, 5*time.Second); err != nil {
+			t.Fatalf("after SetDown(false): %v", err)
+		}
+		<-lines
+	})
 }

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+	redsyncredis "github.com/go-redsync/redsync/v4/redis"
+	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock/redlock/redlock"
+)
+
+// outcome of one acquisition attempt.
+type outcome int
+
+const (
+	acquired  outcome = iota
+	contended         // someone else holds the lock
+	failed            // an error other than contention
+)
+
+// cycler runs one lock cycle: acquire key, hold, release. It reports how long
+// the acquisition and the release took, and what became of the attempt.
+type cycler func(ctx context.Context, key string) (acquire, release time.Duration, o outcome, err error)
+
+// impl is one implementation under test.
+type impl struct {
+	name  string
+	about string
+	cycle cycler
+	drain func() // waits for background work, between implementations
+}
+
+func newImpl(name string, d *deployment, cfg config) (*impl, error) {
+	switch name {
+	case "redlock":
+		return newRedlock(d, cfg)
+	case "raw":
+		return newRaw(d, cfg), nil
+	case "redsync":
+		return newRedsync(d, cfg, false), nil
+	case "redsync-failfast":
+		return newRedsync(d, cfg, true), nil
+	}
+	return nil, fmt.Errorf("unknown implementation %q", name)
+}
+
+func hold(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func newRedlock(d *deployment, cfg config) (*impl, error) {
+	var nodes []redlock.Node
+	for _, c := range d.newClients() {
+		nodes = append(nodes, c)
+	}
+	l, err := redlock.New(nodes, &redlock.Options{Fencing: cfg.fencing, NodeTimeout: cfg.nodeTimeout})
+	if err != nil {
+		return nil, err
+	}
+	classify := func(err error) outcome {
+		switch {
+		case err == nil:
+			return acquired
+		case errors.Is(err, redlock.ErrNotObtained):
+			return contended
+		}
+		return failed
+	}
+	im := &impl{name: "redlock", drain: func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = l.Drain(ctx)
+	}}
+	im.about = fmt.Sprintf("this library, mode %s, fencing %v", cfg.mode, cfg.fencing)
+	switch cfg.mode {
+	case "do":
+		im.cycle = func(ctx context.Context, key string) (acq, rel time.Duration, o outcome, err error) {
+			t0 := time.Now()
+			var t1 time.Time
+			err = l.Do(ctx, key, cfg.ttl, func(ctx context.Context, _ *redlock.Lease) error {
+				t1 = time.Now()
+				hold(ctx, cfg.hold)
+				t1 = t1.Add(time.Since(t1)) // the release starts when fn returns
+				return nil
+			})
+			if t1.IsZero() {
+				return time.Since(t0), 0, classify(err), err
+			}
+			return t1.Sub(t0) - cfg.hold, time.Since(t1), classify(err), err
+		}
+	default:
+		lock := l.TryLock
+		if cfg.mode == "lock" {
+			lock = l.Lock
+		}
+		im.cycle = func(ctx context.Context, key string) (acq, rel time.Duration, o outcome, err error) {
+			t0 := time.Now()
+			lease, err := lock(ctx, key, cfg.ttl)
+			acq = time.Since(t0)
+			if err != nil {
+				return acq, 0, classify(err), err
+			}
+			hold(ctx, cfg.hold)
+			t1 := time.Now()
+			err = lease.Unlock(context.WithoutCancel(ctx))
+			rel = time.Since(t1)
+			if err != nil {
+				return acq, rel, failed, err
+			}
+			return acq, rel, acquired, nil
+		}
+	}
+	return im, nil
+}
+
+// rawRelease is the compare-and-delete every single-node lock needs.
+var rawRelease = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
+
+// newRaw is the floor any lock pays: SET NX PX and a compare-and-delete on
+// one node, the third-fastest (with -node-latency), so that it is compared
+// with what a majority of five waits for.
+func newRaw(d *deployment, cfg config) *impl {
+	clients := d.newClients()
+	idx := 0
+	if len(cfg.latency) > 0 {
+		order := make([]int, len(cfg.latency))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortStableFunc(order, func(a, b int) int { return int(cfg.latency[a] - cfg.latency[b]) })
+		idx = order[min(2, len(order)-1)]
+	}
+	c := clients[idx]
+	return &impl{
+		name:  "raw",
+		about: fmt.Sprintf("single node %d: SET NX PX + compare-and-delete (the floor)", idx),
+		drain: func() {},
+		cycle: func(ctx context.Context, key string) (acq, rel time.Duration, o outcome, err error) {
+			var b [16]byte
+			rand.Read(b[:])
+			value := hex.EncodeToString(b[:])
+			t0 := time.Now()
+			ok, err := c.SetNX(ctx, key, value, cfg.ttl).Result()
+			acq = time.Since(t0)
+			switch {
+			case err != nil:
+				return acq, 0, failed, err
+			case !ok:
+				return acq, 0, contended, nil
+			}
+			hold(ctx, cfg.hold)
+			t1 := time.Now()
+			err = rawRelease.Run(context.WithoutCancel(ctx), c, []string{key}, value).Err()
+			rel = time.Since(t1)
+			if err != nil {
+				return acq, rel, failed, err
+			}
+			return acq, rel, acquired, nil
+		},
+	}
+}
+
+// newRedsync is github.com/go-redsync/redsync/v4, the library teams would
+// otherwise pick, with its defaults or with fail-fast.
+func newRedsync(d *deployment, cfg config, failFast bool) *impl {
+	var pools []redsyncredis.Pool
+	for _, c := range d.newClients() {
+		pools = append(pools, redsyncgoredis.NewPool(c))
+	}
+	rs := redsync.New(pools...)
+	opts := []redsync.Option{redsync.WithExpiry(cfg.ttl)}
+	name, about := "redsync", "go-redsync/redsync/v4 defaults"
+	if failFast {
+		opts = append(opts, redsync.WithFailFast(true))
+		name, about = "redsync-failfast", "go-redsync/redsync/v4 with WithFailFast(true)"
+	}
+	return &impl{
+		name:  name,
+		about: about,
+		drain: func() {},
+		cycle: func(ctx context.Context, key string) (acq, rel time.Duration, o outcome, err error) {
+			m := rs.NewMutex(key, opts...)
+			t0 := time.Now()
+			if cfg.mode == "trylock" {
+				err = m.TryLockContext(ctx)
+			} else {
+				err = m.LockContext(ctx)
+			}
+			acq = time.Since(t0)
+			if err != nil {
+				// redsync says ErrFailed both for contention and for too many
+				// failed nodes; it is counted as contention here.
+				var taken *redsync.ErrTaken
+				if errors.As(err, &taken) || errors.Is(err, redsync.ErrFailed) {
+					return acq, 0, contended, err
+				}
+				return acq, 0, failed, err
+			}
+			hold(ctx, cfg.hold)
+			t1 := time.Now()
+			_, err = m.UnlockContext(context.WithoutCancel(ctx))
+			rel = time.Since(t1)
+			if err != nil {
+				return acq, rel, failed, err
+			}
+			return acq, rel, acquired, nil
+		},
+	}
+}
