@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -490,4 +491,28 @@ func TestRelockWaitsForOwnStragglingRelease(t *testing.T) {
 	second, err := l.TryLock(t.Context(), "k", time.Minute)
 	require.NoError(t, err, "the new SET on node 2 overtook this Locker's own release")
 	require.NoError(t, second.Unlock(t.Context()))
+}
+
+// A node that stops answering does not collect a call for every attempt: past
+// a bound on outstanding calls, calls to it fail at once, and the others go on.
+func TestHungNodeCallsAreBounded(t *testing.T) {
+	c := newCluster(t, 5)
+	gate := make(chan struct{})
+	var hung *hookNode
+	l := newLocker(t, c.nodes(func(i int, n redlock.Node) redlock.Node {
+		if i == 4 {
+			hung = &hookNode{Node: n, beforeDo: func(context.Context, []any) error { <-gate; return nil }}
+			return hung
+		}
+		return n
+	}), &redlock.Options{NodeTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { close(gate) }) // before the Locker's Drain
+	for i := range 400 {
+		lease, err := l.TryLock(t.Context(), fmt.Sprintf("k%d", i), time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, lease.Unlock(t.Context()))
+	}
+	sent := len(hung.recordedSets())
+	t.Logf("400 cycles: %d SETs outstanding on the hung node", sent)
+	assert.LessOrEqual(t, sent, 128)
 }

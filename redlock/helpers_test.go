@@ -21,7 +21,7 @@ type cluster struct {
 	clients []*redis.Client
 }
 
-func newCluster(t *testing.T, n int) *cluster {
+func newCluster(t testing.TB, n int) *cluster {
 	t.Helper()
 	c := &cluster{}
 	for range n {
@@ -32,7 +32,7 @@ func newCluster(t *testing.T, n int) *cluster {
 	return c
 }
 
-func newClient(t *testing.T, addr string) *redis.Client {
+func newClient(t testing.TB, addr string) *redis.Client {
 	t.Helper()
 	cl := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second})
 	t.Cleanup(func() { cl.Close() })

@@ -234,16 +234,26 @@ func (l *Locker) waitGranted(round *quorum.Round[Outcome], tally quorum.Tally[Ou
 // Each call's context ends timeout after the call is sent; that bounds the
 // call for clients that honour context deadlines, while the vote is bounded
 // by Decide.
-func (l *Locker) fanOut(ctx context.Context, after *quorum.Round[Outcome], timeout time.Duration, call func(context.Context, node) (Outcome, error)) *quorum.Round[Outcome] {
+// If finished is set, it runs once node i's call is over, whatever became
+// of it (also when the node refused it for too many outstanding calls).
+func (l *Locker) fanOut(ctx context.Context, after *quorum.Round[Outcome], timeout time.Duration, call func(context.Context, node) (Outcome, error), finished ...func(i int)) *quorum.Round[Outcome] {
 	l.inflight.add(len(l.nodes))
 	return quorum.Start(len(l.nodes), func(i int) (Outcome, error) {
 		defer l.inflight.done()
+		for _, f := range finished {
+			defer f(i)
+		}
 		if after != nil {
 			<-after.Settled(i)
 		}
+		n := l.nodes[i]
+		if !n.admit() {
+			return Failed, errNodeBusy
+		}
+		defer n.sending.Add(-1)
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		return call(ctx, l.nodes[i])
+		return call(ctx, n)
 	})
 }
 
@@ -259,9 +269,8 @@ func (l *Locker) release(ctx context.Context, key, value string, acquired *quoru
 		finish[i] = l.releases.start(key, i, len(l.nodes))
 	}
 	return l.fanOut(context.WithoutCancel(ctx), acquired, max(ttl, l.opts.NodeTimeout), func(ctx context.Context, n node) (Outcome, error) {
-		defer finish[n.index]()
 		return n.run(ctx, releaseScript, []string{key}, value)
-	})
+	}, func(i int) { finish[i]() })
 }
 
 func granted(o Outcome, err error) bool { return err == nil && o == Granted }

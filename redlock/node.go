@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -45,8 +46,26 @@ var (
 // node is a Node with the name used in errors.
 type node struct {
 	Node
-	index int
-	name  string
+	index   int
+	name    string
+	sending *atomic.Int32 // calls sent and not yet returned
+}
+
+// maxSending bounds the calls one Locker has outstanding on one node. A node
+// that stops answering would otherwise collect a goroutine (and a pooled
+// connection, or a place in the pool's queue) for every call made to it,
+// until the client library's timeouts free them; past the bound, calls to it
+// fail at once. Releases refused this way leave that node's key to expire.
+const maxSending = 128
+
+var errNodeBusy = errors.New("redlock: too many calls outstanding on the node (it is not answering)")
+
+func (n node) admit() bool {
+	if n.sending.Add(1) > maxSending {
+		n.sending.Add(-1)
+		return false
+	}
+	return true
 }
 
 // newNodes checks the nodes passed to New: at least one, none nil, none twice.
@@ -68,7 +87,7 @@ func newNodes(nodes []Node) ([]node, error) {
 			return nil, fmt.Errorf("redlock: nodes %d and %d are the same server (%s); each node must be independent", j, i, name)
 		}
 		seen[identity] = i
-		out[i] = node{Node: n, index: i, name: name}
+		out[i] = node{Node: n, index: i, name: name, sending: new(atomic.Int32)}
 	}
 	return out, nil
 }

@@ -18,70 +18,69 @@ import (
 // stream of new ones cannot starve it; and a hung node's wait ends with the
 // attempt's NodeTimeout, so no more commands pile up behind it.
 type releases struct {
-	mu      sync.Mutex
-	pending map[string][]map[chan struct{}]struct{} // per key, per node
+	mu    sync.Mutex
+	tails map[string][]chan struct{} // per key, per node: closed once the latest release there, and all before it, finished
+	count map[string]int             // releases in flight per key, to forget keys with none
 }
 
 // start records a release of key on node i and returns the func that marks it
-// finished. Call it before the release is queued.
+// finished. Call it before the release is queued. Releases of one key on one
+// node finish in the order they started (finish waits for the one before),
+// so an acquisition need only wait for the latest.
 func (r *releases) start(key string, i, nodes int) (finish func()) {
 	done := make(chan struct{})
 	r.mu.Lock()
-	if r.pending == nil {
-		r.pending = map[string][]map[chan struct{}]struct{}{}
+	if r.tails == nil {
+		r.tails, r.count = map[string][]chan struct{}{}, map[string]int{}
 	}
-	perNode := r.pending[key]
-	if perNode == nil {
-		perNode = make([]map[chan struct{}]struct{}, nodes)
-		r.pending[key] = perNode
+	tails := r.tails[key]
+	if tails == nil {
+		tails = make([]chan struct{}, nodes)
+		r.tails[key] = tails
 	}
-	if perNode[i] == nil {
-		perNode[i] = map[chan struct{}]struct{}{}
-	}
-	perNode[i][done] = struct{}{}
+	prev := tails[i]
+	tails[i] = done
+	r.count[key]++
 	r.mu.Unlock()
 	return func() {
+		if prev != nil {
+			<-prev
+		}
 		close(done)
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		delete(perNode[i], done)
-		for _, set := range perNode {
-			if len(set) > 0 {
-				return
-			}
+		if tails[i] == done {
+			tails[i] = nil
 		}
-		delete(r.pending, key)
+		if r.count[key]--; r.count[key] == 0 {
+			delete(r.tails, key)
+			delete(r.count, key)
+		}
 	}
 }
 
-// snapshot returns, per node, the releases of key in flight now.
-func (r *releases) snapshot(key string) [][]chan struct{} {
+// snapshot returns, per node, the latest release of key in flight now (nil
+// where there is none).
+func (r *releases) snapshot(key string) []chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	perNode := r.pending[key]
-	if perNode == nil {
+	tails := r.tails[key]
+	if tails == nil {
 		return nil
 	}
-	out := make([][]chan struct{}, len(perNode))
-	for i, set := range perNode {
-		for c := range set {
-			out[i] = append(out[i], c)
-		}
-	}
-	return out
+	return append([]chan struct{}(nil), tails...)
 }
 
-// waitFor waits until every release in snap on node i has finished, or ctx ends.
-func waitFor(ctx context.Context, snap [][]chan struct{}, i int) error {
-	if snap == nil {
+// waitFor waits until the release in snap on node i, and every one before
+// it, has finished, or ctx ends.
+func waitFor(ctx context.Context, snap []chan struct{}, i int) error {
+	if snap == nil || snap[i] == nil {
 		return nil
 	}
-	for _, c := range snap[i] {
-		select {
-		case <-c:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	select {
+	case <-snap[i]:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	return nil
 }

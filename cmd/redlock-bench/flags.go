@@ -11,24 +11,26 @@ import (
 )
 
 type config struct {
-	nodes       []string        // -nodes: addresses or redis:// URLs
-	spawn       int             // -spawn: local redis-server processes
-	embedded    int             // -embedded: in-process nodes (the default source)
-	clients     int             // -clients
-	keys        int             // -keys
-	ttl         time.Duration   // -ttl
-	hold        time.Duration   // -hold
-	duration    time.Duration   // -duration
-	ops         int             // -ops: total cycles per implementation (0: use duration)
-	fencing     bool            // -fencing
-	mode        string          // -mode
-	nodeTimeout time.Duration   // -node-timeout
-	latency     []time.Duration // -node-latency
-	faults      []fault         // -fault
-	impls       []string        // -impl
-	jsonOut     bool            // -json
-	plot        string          // -plot
-	quiet       bool            // -q
+	nodes        []string        // -nodes: addresses or redis:// URLs
+	spawn        int             // -spawn: local redis-server processes
+	embedded     int             // -embedded: in-process nodes (the default source)
+	clients      int             // -clients
+	keys         int             // -keys
+	ttl          time.Duration   // -ttl
+	hold         time.Duration   // -hold
+	duration     time.Duration   // -duration
+	ops          int             // -ops: total cycles per implementation (0: use duration)
+	fencing      bool            // -fencing
+	mode         string          // -mode
+	nodeTimeout  time.Duration   // -node-timeout
+	latency      []time.Duration // -node-latency
+	faults       []fault         // -fault
+	impls        []string        // -impl
+	jsonOut      bool            // -json
+	plot         string          // -plot
+	quiet        bool            // -q
+	cpuprofile   string          // -cpuprofile
+	autopipeline bool            // -autopipeline
 }
 
 // fault is one scheduled fault: freeze node k at `at` for `for` (0: to the
@@ -57,6 +59,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.duration, "duration", 2*time.Second, "how long to run each implementation")
 	fs.IntVar(&c.ops, "ops", 0, "run this many cycles per implementation instead of -duration")
 	fs.BoolVar(&c.fencing, "fencing", false, "issue fencing tokens (redlock only)")
+	fs.BoolVar(&c.autopipeline, "autopipeline", false, "give redlock go-redis AutoPipeline clients (experimental in go-redis) instead of plain ones")
 	fs.StringVar(&c.mode, "mode", "trylock", "trylock (one attempt per cycle), lock (wait for the lock) or do (Locker.Do)")
 	fs.DurationVar(&c.nodeTimeout, "node-timeout", 0, "redlock's per-node timeout (0: the library default, 50ms)")
 	fs.StringVar(&latency, "node-latency", "", "comma-separated one-way `delays`, one per node, through a delay proxy (e.g. 1ms,2ms,3ms,4ms,50ms)")
@@ -65,6 +68,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.jsonOut, "json", false, "print results as JSON")
 	fs.StringVar(&c.plot, "plot", "", "write a latency CDF per implementation to this SVG `file`")
 	fs.BoolVar(&c.quiet, "q", false, "no progress line")
+	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the runs to this `file` (go tool pprof)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}

@@ -67,6 +67,14 @@ func hold(ctx context.Context, d time.Duration) {
 func newRedlock(d *deployment, cfg config) (*impl, error) {
 	var nodes []redlock.Node
 	for _, c := range d.newClients() {
+		if cfg.autopipeline {
+			ap, err := c.AutoPipeline() // go-redis's own batching, one ordered stream per node
+			if err != nil {
+				return nil, err
+			}
+			nodes = append(nodes, ap)
+			continue
+		}
 		nodes = append(nodes, c)
 	}
 	l, err := redlock.New(nodes, &redlock.Options{Fencing: cfg.fencing, NodeTimeout: cfg.nodeTimeout})
@@ -87,7 +95,7 @@ func newRedlock(d *deployment, cfg config) (*impl, error) {
 		defer cancel()
 		_ = l.Drain(ctx)
 	}}
-	im.about = fmt.Sprintf("this library, mode %s, fencing %v", cfg.mode, cfg.fencing)
+	im.about = fmt.Sprintf("this library, mode %s, fencing %v, go-redis AutoPipeline %v", cfg.mode, cfg.fencing, cfg.autopipeline)
 	switch cfg.mode {
 	case "do":
 		im.cycle = func(ctx context.Context, key string) (acq, rel time.Duration, o outcome, err error) {

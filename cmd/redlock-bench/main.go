@@ -26,6 +26,8 @@
 //	-mode M         trylock (one attempt per cycle), lock (wait), or do (Locker.Do)
 //	-fencing        issue fencing tokens
 //	-node-timeout D redlock's per-node timeout (library default 50ms)
+//	-autopipeline   give redlock go-redis AutoPipeline clients (batched, one ordered stream per node)
+//	-cpuprofile F   write a CPU profile of the runs (go tool pprof)
 //
 // Deployment models and faults (through a TCP proxy in front of each node):
 //
@@ -57,6 +59,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 )
 
@@ -100,6 +103,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(out, "redlock-bench: %s\nworkload: %s\n", d.describe, workload)
 
+	if cfg.cpuprofile != "" {
+		f, err := os.Create(cfg.cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var results []*result
 	for _, name := range cfg.impls {
 		im, err := newImpl(name, d, cfg)
