@@ -137,7 +137,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if err := writePlot(f, d.describe+"; "+workload, results); err != nil {
+		if err := writePlot(f, d.describe+"\n"+workload, results); err != nil {
 			f.Close()
 			return err
 		}
