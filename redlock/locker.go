@@ -197,10 +197,8 @@ func (l *Locker) attempt(ctx context.Context, req request) (*Lease, error) {
 		return &Lease{locker: l, key: req.key, value: value, token: token, acquired: round, ttl: req.granted, until: until}, nil
 	}
 
-	// Release everywhere. Wait for the nodes that answered, which are
-	// responsive; the others release as soon as their SET returns.
-	// The release runs detached from ctx, so that a caller whose context
-	// ended mid-attempt still cleans up.
+	// Release everywhere: at once where the SET has returned, and on the
+	// other nodes as soon as it does. Wait for the nodes that granted.
 	released := l.release(ctx, req.key, value, round, req.granted)
 	l.waitGranted(released, tally)
 	if err != nil {
