@@ -31,6 +31,7 @@ type config struct {
 	quiet        bool            // -q
 	cpuprofile   string          // -cpuprofile
 	autopipeline bool            // -autopipeline
+	batched      bool            // -batched
 }
 
 // fault is one scheduled fault: freeze node k at `at` for `for` (0: to the
@@ -59,6 +60,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.duration, "duration", 2*time.Second, "how long to run each implementation")
 	fs.IntVar(&c.ops, "ops", 0, "run this many cycles per implementation instead of -duration")
 	fs.BoolVar(&c.fencing, "fencing", false, "issue fencing tokens (redlock only)")
+	fs.BoolVar(&c.batched, "batched", false, "wrap redlock's clients in redlock.Batched (auto-pipelining per node)")
 	fs.BoolVar(&c.autopipeline, "autopipeline", false, "give redlock go-redis AutoPipeline clients (experimental in go-redis) instead of plain ones")
 	fs.StringVar(&c.mode, "mode", "trylock", "trylock (one attempt per cycle), lock (wait for the lock) or do (Locker.Do)")
 	fs.DurationVar(&c.nodeTimeout, "node-timeout", 0, "redlock's per-node timeout (0: the library default, 50ms)")

@@ -67,6 +67,12 @@ func hold(ctx context.Context, d time.Duration) {
 func newRedlock(d *deployment, cfg config) (*impl, error) {
 	var nodes []redlock.Node
 	for _, c := range d.newClients() {
+		if cfg.batched {
+			b := redlock.Batched(c)
+			d.cleanup = append(d.cleanup, func() { b.Close() })
+			nodes = append(nodes, b)
+			continue
+		}
 		if cfg.autopipeline {
 			ap, err := c.AutoPipeline() // go-redis's own batching, one ordered stream per node
 			if err != nil {
@@ -95,7 +101,7 @@ func newRedlock(d *deployment, cfg config) (*impl, error) {
 		defer cancel()
 		_ = l.Drain(ctx)
 	}}
-	im.about = fmt.Sprintf("this library, mode %s, fencing %v, go-redis AutoPipeline %v", cfg.mode, cfg.fencing, cfg.autopipeline)
+	im.about = fmt.Sprintf("this library, mode %s, fencing %v, batched %v, go-redis AutoPipeline %v", cfg.mode, cfg.fencing, cfg.batched, cfg.autopipeline)
 	switch cfg.mode {
 	case "do":
 		im.cycle = func(ctx context.Context, key string) (acq, rel time.Duration, o outcome, err error) {
