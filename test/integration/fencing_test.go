@@ -71,6 +71,17 @@ func TestPausedHolderIsFencedOff(t *testing.T) {
 // nodes restarts the counters and tokens go backwards: Durability warns, and
 // RequireDurable refuses.
 func TestFencingDurability(t *testing.T) {
+	lockThrice := func(t *testing.T, l *redlock.Locker) (last uint64) { // tokens must grow
+		for range 3 {
+			lease, err := l.TryLock(t.Context(), "it:fence", 10*time.Second)
+			require.NoError(t, err)
+			require.Greater(t, lease.Token(), last)
+			last = lease.Token()
+			require.NoError(t, lease.Unlock(t.Context()))
+			drain(t, l)
+		}
+		return last
+	}
 	crashAll := func(t *testing.T, c *harness.Cluster) {
 		for _, n := range c.Nodes {
 			require.NoError(t, n.Restart(t.Context()))
@@ -83,15 +94,7 @@ func TestFencingDurability(t *testing.T) {
 			require.NoError(t, d.Err)
 			assert.True(t, d.Durable, "%s: %+v", d.Name, d)
 		}
-		var last uint64
-		for range 3 {
-			lease, err := l.TryLock(t.Context(), "it:fence", 10*time.Second)
-			require.NoError(t, err)
-			require.Greater(t, lease.Token(), last)
-			last = lease.Token()
-			require.NoError(t, lease.Unlock(t.Context()))
-			drain(t, l)
-		}
+		last := lockThrice(t, l)
 		crashAll(t, c)
 		lease, err := l.TryLock(t.Context(), "it:fence", 10*time.Second)
 		require.NoError(t, err)
@@ -107,14 +110,7 @@ func TestFencingDurability(t *testing.T) {
 		t.Logf("RequireDurable refused: %v", err)
 
 		l := newLocker(t, c, &redlock.Options{Fencing: true, NodeTimeout: time.Second})
-		var last uint64
-		for range 3 {
-			lease, err := l.TryLock(t.Context(), "it:fence", 10*time.Second)
-			require.NoError(t, err)
-			last = lease.Token()
-			require.NoError(t, lease.Unlock(t.Context()))
-			drain(t, l)
-		}
+		last := lockThrice(t, l)
 		crashAll(t, c)
 		lease, err := l.TryLock(t.Context(), "it:fence", 10*time.Second)
 		require.NoError(t, err)
