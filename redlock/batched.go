@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -78,13 +79,20 @@ func (b *BatchedNode) run() {
 		case j := <-b.queue:
 			batch = append(batch[:0], j)
 		}
+		yielded := false
 	more:
 		for len(batch) < batchMax {
 			select {
 			case j := <-b.queue:
 				batch = append(batch, j)
 			default:
-				break more
+				if yielded {
+					break more
+				}
+				// Let callers that are about to queue do so: one yield
+				// deepens batches under load and costs nothing when idle.
+				yielded = true
+				runtime.Gosched()
 			}
 		}
 		pipe := b.client.Pipeline()
