@@ -375,7 +375,10 @@ func TestLockRetriesUntilFree(t *testing.T) {
 
 	held, err := l.TryLock(t.Context(), "k", time.Minute)
 	require.NoError(t, err)
+	drain(t, l) // node 0's SET may still be in flight after the early decision
+	mu.Lock()
 	attempts = nil
+	mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
