@@ -42,6 +42,20 @@ type Round[T any] struct {
 // once. call must return: give it a context or timeout of its own. A call
 // that panics crashes the program, as in errgroup.
 func Start[T any](n int, call func(i int) (T, error)) *Round[T] {
+	r := Begin[T](n)
+	for i := range n {
+		go func() {
+			v, err := call(i)
+			r.Deliver(i, v, err)
+		}()
+	}
+	return r
+}
+
+// Begin returns a round of n calls that the caller runs itself, in whatever
+// way suits it (an asynchronous transport, say, that needs no goroutine per
+// call), reporting each call's result with Deliver.
+func Begin[T any](n int) *Round[T] {
 	r := &Round[T]{
 		values:  make([]T, n),
 		errs:    make([]error, n),
@@ -51,13 +65,16 @@ func Start[T any](n int, call func(i int) (T, error)) *Round[T] {
 	}
 	for i := range n {
 		r.settled[i] = make(chan struct{})
-		go func() {
-			r.values[i], r.errs[i] = call(i)
-			close(r.settled[i])
-			r.arrivals <- i
-		}()
 	}
 	return r
+}
+
+// Deliver reports the result of call i. It must be called exactly once for
+// each i of a round from Begin (a second call panics); it never blocks.
+func (r *Round[T]) Deliver(i int, v T, err error) {
+	r.values[i], r.errs[i] = v, err
+	close(r.settled[i])
+	r.arrivals <- i
 }
 
 // Len returns the number of nodes.

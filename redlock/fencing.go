@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redlock/redlock/internal/hashtag"
 	"github.com/redlock/redlock/quorum"
 )
@@ -59,9 +61,22 @@ func counterKey(key string) (string, error) {
 	return k, nil
 }
 
-// acquireFenced runs phase 1 on one node: SET NX PX and, if set, INCR.
-func (n node) acquireFenced(ctx context.Context, key, counter, value string, ms int64) (Outcome, uint64, error) {
-	res, err := acquireFencedScript.Run(ctx, n.Node, []string{key, counter}, value, ms).Slice()
+// acquireFencedCommand is phase 1: SET NX PX and, if set, INCR.
+func acquireFencedCommand(key, counter, value string, ms int64) command {
+	return scriptCommand(acquireFencedScript, []string{key, counter}, value, ms)
+}
+
+// readFenced reads phase 1's reply, storing node i's counter in counters[i].
+func readFenced(counters []uint64) reader {
+	return func(i int, cmd *redis.Cmd) (Outcome, error) {
+		o, c, err := parseFenced(cmd)
+		counters[i] = c
+		return o, err
+	}
+}
+
+func parseFenced(cmd *redis.Cmd) (Outcome, uint64, error) {
+	res, err := cmd.Slice()
 	if err != nil {
 		return Failed, 0, err
 	}
@@ -79,6 +94,11 @@ func (n node) acquireFenced(ctx context.Context, key, counter, value string, ms 
 	return Granted, c, nil
 }
 
+// acquireFenced runs phase 1 on one node, without a round.
+func (n node) acquireFenced(ctx context.Context, key, counter, value string, ms int64) (Outcome, uint64, error) {
+	return parseFenced(n.send(ctx, acquireFencedCommand(key, counter, value, ms)))
+}
+
 // fence runs phase 2: with the phase-1 round won and counters the phase-1
 // replies, it raises the counter to t on every node that granted, and
 // returns the token, or the round's error.
@@ -91,12 +111,22 @@ func (l *Locker) fence(ctx context.Context, req request, value string, phase1 *q
 		}
 	}
 	want := strconv.FormatUint(t, 10)
-	phase2 := l.fanOut(ctx, phase1, l.opts.NodeTimeout, func(ctx context.Context, n node) (Outcome, error) {
-		if o, err := phase1.Result(n.index); err != nil || o != Granted {
-			return Failed, errNotGranted
+	// Phase 2 goes to the nodes that granted phase 1. A pipelined node whose
+	// phase-1 reply is still outstanding gets it too, queued behind phase 1:
+	// the script raises the counter only where the key holds this value,
+	// which is as safe there as on any granting node.
+	notGranted := func(i int) error {
+		select {
+		case <-phase1.Settled(i):
+			if o, err := phase1.Result(i); err != nil || o != Granted {
+				return errNotGranted
+			}
+		default:
 		}
-		return n.run(ctx, fenceScript, []string{req.key, req.counter}, value, want)
-	})
+		return nil
+	}
+	phase2 := l.fanOut(ctx, fan{after: phase1, skip: notGranted, timeout: l.opts.NodeTimeout},
+		scriptCommand(fenceScript, []string{req.key, req.counter}, value, want), readScript)
 	left := until.Sub(l.opts.Clock.Now())
 	if left <= 0 {
 		return 0, l.roundError(ctx, "acquire", req.key, tally) // validity used up in phase 1

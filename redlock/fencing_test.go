@@ -141,17 +141,74 @@ func (c chaos) Eval(ctx context.Context, src string, keys []string, args ...any)
 	return c.script(ctx, func() *redis.Cmd { return c.Node.Eval(ctx, src, keys, args...) }, args)
 }
 
+// chaosHook does to a pipelined client's batches what chaos does to a
+// Node's calls: the batch is late, phase-2 commands in it are lost before or
+// after the node applied them, and the key vanishes on the node. It reads the
+// schedule's seeded state from state, which the test sets per schedule.
+type chaosHook struct {
+	srv   *miniredis.Miniredis
+	state *chaos // the schedule's key, seeded randomness and scale
+}
+
+func (h *chaosHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *chaosHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *chaosHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		switch cmds[0].Name() {
+		case "hello", "client": // a new connection's set-up
+			return next(ctx, cmds)
+		}
+		c := *h.state
+		c.srv = h.srv
+		send := make([]redis.Cmder, 0, len(cmds))
+		for _, cmd := range cmds {
+			if isPhase2(cmd) && c.chance(0.15) {
+				cmd.SetErr(errLostMessage)
+				continue
+			}
+			send = append(send, cmd)
+		}
+		c.delay()
+		var err error
+		if len(send) > 0 {
+			err = next(ctx, send)
+		}
+		for _, cmd := range send {
+			if isPhase2(cmd) && c.chance(0.1) {
+				cmd.SetErr(errLostMessage) // applied, but the reply is lost
+			}
+		}
+		if c.chance(0.05) {
+			c.srv.Del(c.key) // the key expires early on this node alone
+		}
+		return err
+	}
+}
+
+// isPhase2 tells the fencing phase-2 script (EVALSHA or EVAL, two keys, the
+// counter sent as a string) from phase 1 (the TTL sent as a number).
+func isPhase2(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	if len(args) != 7 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
+		return false
+	}
+	_, ok := args[6].(string)
+	return ok
+}
+
 // TestFencingOrderUnderRandomSchedules runs many seeded schedules: three
 // clients, five nodes, random pauses and late replies, lost phase-2 messages
 // and single-node key loss, with leases short enough to expire under the
 // pauses. In every run, Order (an acquisition that began after another
 // returned has a higher token) and Uniqueness must hold. Schedules run six
-// at a time, each on its own key.
+// at a time, each on its own key, over both transports: the direct one
+// (faults injected per call by a wrapping Node) and the auto-pipeline
+// (faults injected per batch by a go-redis hook).
 func TestFencingOrderUnderRandomSchedules(t *testing.T) {
 	runs, parallel, scale := 2000, 6, time.Duration(1)
 	switch {
 	case raceEnabled: // scripts/test.sh also runs the full set without -race
-		runs, parallel, scale = 100, 2, 8
+		runs, parallel, scale = 50, 2, 8 // per transport
 	case testing.Short():
 		runs = 300
 	}
@@ -160,6 +217,48 @@ func TestFencingOrderUnderRandomSchedules(t *testing.T) {
 		c.clients[i] = redis.NewClient(&redis.Options{Addr: m.Addr(), PoolSize: 256})
 		t.Cleanup(func() { c.clients[i].Close() })
 	}
+	t.Run("direct", func(t *testing.T) {
+		runSchedules(t, runs, parallel, func() scheduleNodes {
+			return func(_ int, state *chaos) []redlock.Node {
+				return c.nodes(func(i int, n redlock.Node) redlock.Node {
+					ch := *state
+					ch.Node, ch.srv = n, c.servers[i]
+					return ch
+				})
+			}
+		}, scale)
+	})
+	t.Run("auto-pipeline", func(t *testing.T) {
+		runSchedules(t, runs, parallel, func() scheduleNodes {
+			// Each worker has its own clients, three Lockers' worth, whose
+			// hooks read the state of the worker's current schedule.
+			state := &chaos{}
+			var clients [3][]redlock.Node
+			for k := range clients {
+				for _, m := range c.servers {
+					cl := redis.NewClient(&redis.Options{Addr: m.Addr()})
+					cl.AddHook(&chaosHook{srv: m, state: state})
+					t.Cleanup(func() { cl.Close() })
+					clients[k] = append(clients[k], cl)
+				}
+			}
+			return func(k int, s *chaos) []redlock.Node {
+				if k == 0 { // a new schedule: the last one's calls are all over
+					*state = *s
+				}
+				return clients[k]
+			}
+		}, scale)
+	})
+}
+
+// scheduleNodes returns the nodes of Locker k (of 3) for a schedule whose
+// chaos state (key, seeded randomness, scale) is s.
+type scheduleNodes func(k int, s *chaos) []redlock.Node
+
+// runSchedules runs seeds 1..runs, parallel at a time; each worker gets its
+// nodes from newWorker.
+func runSchedules(t *testing.T, runs, parallel int, newWorker func() scheduleNodes, scale time.Duration) {
 	seeds := make(chan uint64)
 	go func() {
 		defer close(seeds)
@@ -171,9 +270,10 @@ func TestFencingOrderUnderRandomSchedules(t *testing.T) {
 	acquired, failed := 0, []string{}
 	var workers sync.WaitGroup
 	for range parallel {
+		nodes := newWorker()
 		workers.Go(func() {
 			for seed := range seeds {
-				n, err := runSchedule(c, seed, scale)
+				n, err := runSchedule(nodes, seed, scale)
 				mu.Lock()
 				acquired += n
 				if err != nil {
@@ -193,7 +293,7 @@ func TestFencingOrderUnderRandomSchedules(t *testing.T) {
 
 // runSchedule runs the schedule of one seed and checks its acquisitions.
 // Every duration is multiplied by scale.
-func runSchedule(c *cluster, seed uint64, scale time.Duration) (int, error) {
+func runSchedule(nodesOf scheduleNodes, seed uint64, scale time.Duration) (int, error) {
 	type acquisition struct {
 		start, end time.Time
 		token      uint64
@@ -201,13 +301,11 @@ func runSchedule(c *cluster, seed uint64, scale time.Duration) (int, error) {
 	key := fmt.Sprintf("sched:%d", seed)
 	var mu sync.Mutex
 	rnd := rand.New(rand.NewPCG(seed, 0))
+	state := &chaos{key: key, mu: &mu, rnd: rnd, scale: scale}
 	var got []acquisition
 	var wg sync.WaitGroup
-	for range 3 {
-		nodes := c.nodes(func(i int, n redlock.Node) redlock.Node {
-			return chaos{Node: n, srv: c.servers[i], key: key, mu: &mu, rnd: rnd, scale: scale}
-		})
-		l, err := redlock.New(nodes, &redlock.Options{Fencing: true, NodeTimeout: 10 * time.Millisecond * scale})
+	for k := range 3 {
+		l, err := redlock.New(nodesOf(k, state), &redlock.Options{Fencing: true, NodeTimeout: 10 * time.Millisecond * scale})
 		if err != nil {
 			return 0, err
 		}

@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -74,9 +75,29 @@ func (c *cluster) setOther(t *testing.T, key string, idx ...int) {
 	}
 }
 
+// withTransport applies REDLOCK_TEST_TRANSPORT to opts: "direct" sets
+// Options.NoAutoPipeline, so that scripts/test.sh can run the tests over both
+// of the coordinator's transports. (Nodes that are not *redis.Client, such
+// as hookNode, always take the direct one.)
+//
+// A nil opts gets a NodeTimeout of 5s instead of the 50ms default: these
+// tests run under the race detector beside other packages on two cores,
+// where 50ms is sometimes too short for a reply. The tests about timing set
+// NodeTimeout themselves.
+func withTransport(opts *redlock.Options) *redlock.Options {
+	o := redlock.Options{NodeTimeout: 5 * time.Second}
+	if opts != nil {
+		o = *opts
+	}
+	if os.Getenv("REDLOCK_TEST_TRANSPORT") == "direct" {
+		o.NoAutoPipeline = true
+	}
+	return &o
+}
+
 func newLocker(t *testing.T, nodes []redlock.Node, opts *redlock.Options) *redlock.Locker {
 	t.Helper()
-	l, err := redlock.New(nodes, opts)
+	l, err := redlock.New(nodes, withTransport(opts))
 	if err != nil {
 		t.Fatal(err)
 	}

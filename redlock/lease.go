@@ -191,9 +191,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	l.ttl = max(l.ttl, req.granted)
 	l.mu.Unlock()
 	start := lk.opts.Clock.Now()
-	round := lk.fanOut(ctx, nil, lk.opts.NodeTimeout, func(ctx context.Context, n node) (Outcome, error) {
-		return n.run(ctx, extendScript, []string{l.key}, l.value, req.ms)
-	})
+	round := lk.fanOut(ctx, fan{timeout: lk.opts.NodeTimeout}, scriptCommand(extendScript, []string{l.key}, l.value, req.ms), readScript)
 	tally := round.Decide(ctx, min(lk.opts.NodeTimeout, req.budget), granted)
 	until := start.Add(req.budget)
 	if tally.Won && until.After(lk.opts.Clock.Now()) {
@@ -268,9 +266,7 @@ func (l *Lease) Check(ctx context.Context) error {
 		return err
 	}
 	lk := l.locker
-	round := lk.fanOut(ctx, nil, lk.opts.NodeTimeout, func(ctx context.Context, n node) (Outcome, error) {
-		return n.run(ctx, checkScript, []string{l.key}, l.value)
-	})
+	round := lk.fanOut(ctx, fan{timeout: lk.opts.NodeTimeout}, scriptCommand(checkScript, []string{l.key}, l.value), readScript)
 	tally := round.Decide(ctx, lk.opts.NodeTimeout, granted)
 	if !tally.Won {
 		e := lk.roundError(ctx, "check", l.key, tally)

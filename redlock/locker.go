@@ -9,6 +9,8 @@ import (
 	mathrand "math/rand/v2"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redlock/redlock/drift"
 	"github.com/redlock/redlock/quorum"
 )
@@ -32,11 +34,11 @@ type Locker struct {
 // New returns a Locker over nodes. Each node must be a separate Redis master
 // (see Node); opts may be nil for the defaults.
 func New(nodes []Node, opts *Options) (*Locker, error) {
-	ns, err := newNodes(nodes)
+	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	o, err := opts.withDefaults()
+	ns, err := newNodes(nodes, !o.NoAutoPipeline)
 	if err != nil {
 		return nil, err
 	}
@@ -170,21 +172,13 @@ func (l *Locker) attempt(ctx context.Context, req request) (*Lease, error) {
 	value := newValue()
 	start := l.opts.Clock.Now() // before the first send
 	earlier := l.releases.snapshot(req.key)
-	var counters []uint64 // phase-1 fencing counters; counters[i] is written by node i's call
+	c, read := acquireCommand(req.key, value, req.ms), readAcquire(value)
+	var counters []uint64 // phase-1 fencing counters; counters[i] is written by node i's reply
 	if req.counter != "" {
 		counters = make([]uint64, len(l.nodes))
+		c, read = acquireFencedCommand(req.key, req.counter, value, req.ms), readFenced(counters)
 	}
-	round := l.fanOut(ctx, nil, l.opts.NodeTimeout, func(ctx context.Context, n node) (Outcome, error) {
-		if err := waitFor(ctx, earlier, n.index); err != nil {
-			return Failed, fmt.Errorf("waiting for this Locker's earlier release on the node: %w", err)
-		}
-		if counters != nil {
-			o, c, err := n.acquireFenced(ctx, req.key, req.counter, value, req.ms)
-			counters[n.index] = c
-			return o, err
-		}
-		return n.acquire(ctx, req.key, value, req.ms)
-	})
+	round := l.fanOut(ctx, fan{earlier: earlier, timeout: l.opts.NodeTimeout}, c, read)
 	// Waiting past the budget is pointless: no validity would be left.
 	tally := round.Decide(ctx, min(l.opts.NodeTimeout, req.budget), granted)
 	until := start.Add(req.budget)
@@ -226,49 +220,105 @@ func (l *Locker) waitGranted(round *quorum.Round[Outcome], tally quorum.Tally[Ou
 	}
 }
 
-// fanOut starts call on every node. If after is set, the call on node i is
-// sent only once after's call on node i has returned, so that it cannot
-// overtake it (a release must not reach a node before that node's SET).
-// Each call's context ends timeout after the call is sent; that bounds the
-// call for clients that honour context deadlines, while the vote is bounded
-// by Decide.
-// If finished is set, it runs once node i's call is over, whatever became
-// of it (also when the node refused it for too many outstanding calls).
-func (l *Locker) fanOut(ctx context.Context, after *quorum.Round[Outcome], timeout time.Duration, call func(context.Context, node) (Outcome, error), finished ...func(i int)) *quorum.Round[Outcome] {
+// fan says how a round is sent, beyond its command.
+type fan struct {
+	// after: a node's command is sent only once after's call on that node
+	// has returned, so that it cannot overtake it (a release must not reach
+	// a node before that node's SET). A pipelined node needs no waiting: its
+	// commands run in the order they were queued.
+	after *quorum.Round[Outcome]
+	// earlier: this Locker's releases of the key, on nodes without a
+	// pipeline, to wait for before sending (see releases).
+	earlier []chan struct{}
+	// skip, if set, says whether node i's command is not sent, and why:
+	// called once after has settled on a node without a pipeline, and at
+	// queuing time on a pipelined one.
+	skip func(i int) error
+	// timeout: without a pipeline, each call's context ends this long after
+	// the call is sent. That bounds the call for clients that honour context
+	// deadlines; the vote is bounded by Decide.
+	timeout time.Duration
+	// release: the key this round releases, recorded in l.releases for
+	// nodes without a pipeline.
+	release string
+}
+
+// fanOut sends c to every node and returns the round, whose replies read
+// turns into votes. Pipelined nodes get it queued on their pipeline; the
+// others get a goroutine each.
+func (l *Locker) fanOut(ctx context.Context, f fan, c command, read reader) *quorum.Round[Outcome] {
+	round := quorum.Begin[Outcome](len(l.nodes))
 	l.inflight.add(len(l.nodes))
-	return quorum.Start(len(l.nodes), func(i int) (Outcome, error) {
-		defer l.inflight.done()
-		for _, f := range finished {
-			defer f(i)
+	var wire []any // c as pipelines send it, shared by all nodes
+	for i, n := range l.nodes {
+		if n.pipe == nil {
+			var finish func()
+			if f.release != "" {
+				finish = l.releases.start(f.release, i, len(l.nodes))
+			}
+			go l.call(ctx, f, round, n, c, read, finish)
+			continue
 		}
-		if after != nil {
-			<-after.Settled(i)
+		if f.skip != nil {
+			if err := f.skip(i); err != nil {
+				l.settle(round, i, Failed, err)
+				continue
+			}
 		}
-		n := l.nodes[i]
+		if wire == nil {
+			wire = c.wire()
+		}
+		j := job{cmd: redis.NewCmd(ctx, wire...), timeout: f.timeout, src: c.source(), round: round, node: i, read: read, calls: &l.inflight}
+		if !n.pipe.submit(j) {
+			l.settle(round, i, Failed, errNodeBusy)
+		}
+	}
+	return round
+}
+
+// call sends c to n, which has no pipeline, and delivers the vote.
+func (l *Locker) call(ctx context.Context, f fan, round *quorum.Round[Outcome], n node, c command, read reader, finish func()) {
+	o, err := func() (Outcome, error) {
+		if f.after != nil {
+			<-f.after.Settled(n.index)
+		}
+		if f.skip != nil {
+			if err := f.skip(n.index); err != nil {
+				return Failed, err
+			}
+		}
 		if !n.admit() {
 			return Failed, errNodeBusy
 		}
 		defer n.sending.Add(-1)
-		ctx, cancel := context.WithTimeout(ctx, timeout)
+		ctx, cancel := context.WithTimeout(ctx, f.timeout)
 		defer cancel()
-		return call(ctx, n)
-	})
+		if err := waitFor(ctx, f.earlier, n.index); err != nil {
+			return Failed, fmt.Errorf("waiting for this Locker's earlier release on the node: %w", err)
+		}
+		return read(n.index, n.send(ctx, c))
+	}()
+	if finish != nil {
+		finish()
+	}
+	l.settle(round, n.index, o, err)
+}
+
+// settle delivers node i's vote in round and counts its call as over.
+func (l *Locker) settle(round *quorum.Round[Outcome], i int, o Outcome, err error) {
+	round.Deliver(i, o, err)
+	l.inflight.done()
 }
 
 // release sends the compare-and-delete of key's value to every node, each
-// after that node's call in acquired has returned. It is cleanup, so it runs
-// detached from the caller's context (a caller who gave up still cleans up),
-// and each call may take up to ttl, not just NodeTimeout: a release that is
-// slow (EVALSHA answered NOSCRIPT late, and EVAL must follow) is still worth
-// sending until the key would have expired anyway.
+// after that node's call in acquired (see fan.after). It is cleanup, so it
+// runs detached from the caller's context (a caller who gave up still cleans
+// up), and each call may take up to ttl, not just NodeTimeout: a release
+// that is slow (EVALSHA answered NOSCRIPT late, and EVAL must follow) is
+// still worth sending until the key would have expired anyway.
 func (l *Locker) release(ctx context.Context, key, value string, acquired *quorum.Round[Outcome], ttl time.Duration) *quorum.Round[Outcome] {
-	finish := make([]func(), len(l.nodes))
-	for i := range l.nodes {
-		finish[i] = l.releases.start(key, i, len(l.nodes))
-	}
-	return l.fanOut(context.WithoutCancel(ctx), acquired, max(ttl, l.opts.NodeTimeout), func(ctx context.Context, n node) (Outcome, error) {
-		return n.run(ctx, releaseScript, []string{key}, value)
-	}, func(i int) { finish[i]() })
+	f := fan{after: acquired, timeout: max(ttl, l.opts.NodeTimeout), release: key}
+	return l.fanOut(context.WithoutCancel(ctx), f, scriptCommand(releaseScript, []string{key}, value), readScript)
 }
 
 func granted(o Outcome, err error) bool { return err == nil && o == Granted }

@@ -24,34 +24,45 @@ type Node interface {
 var (
 	//go:embed scripts/release.lua
 	releaseLua    string
-	releaseScript = redis.NewScript(releaseLua)
+	releaseScript = newScript(releaseLua)
 
 	//go:embed scripts/extend.lua
 	extendLua    string
-	extendScript = redis.NewScript(extendLua)
+	extendScript = newScript(extendLua)
 
 	//go:embed scripts/check.lua
 	checkLua    string
-	checkScript = redis.NewScript(checkLua)
+	checkScript = newScript(checkLua)
 
 	//go:embed scripts/acquire_fenced.lua
 	acquireFencedLua    string
-	acquireFencedScript = redis.NewScript(acquireFencedLua)
+	acquireFencedScript = newScript(acquireFencedLua)
 
 	//go:embed scripts/fence.lua
 	fenceLua    string
-	fenceScript = redis.NewScript(fenceLua)
+	fenceScript = newScript(fenceLua)
 )
+
+// script is a Lua script with its source, which a pipeline resends in full
+// when a node answers EVALSHA with NOSCRIPT.
+type script struct {
+	*redis.Script
+	src string
+}
+
+func newScript(src string) *script { return &script{Script: redis.NewScript(src), src: src} }
 
 // node is a Node with the name used in errors.
 type node struct {
 	Node
 	index   int
 	name    string
-	sending *atomic.Int32 // calls sent and not yet returned
+	pipe    *pipeline     // the node's auto-pipeline; nil: a goroutine and pooled connection per call
+	sending *atomic.Int32 // calls sent and not yet returned, without pipe
 }
 
-// maxSending bounds the calls one Locker has outstanding on one node. A node
+// maxSending bounds the calls one Locker has outstanding on one node that has
+// no pipeline (a pipeline bounds its own queue). A node
 // that stops answering would otherwise collect a goroutine (and a pooled
 // connection, or a place in the pool's queue) for every call made to it,
 // until the client library's timeouts free them; past the bound, calls to it
@@ -69,7 +80,8 @@ func (n node) admit() bool {
 }
 
 // newNodes checks the nodes passed to New: at least one, none nil, none twice.
-func newNodes(nodes []Node) ([]node, error) {
+// With autoPipeline, each *redis.Client gets a pipeline.
+func newNodes(nodes []Node, autoPipeline bool) ([]node, error) {
 	if len(nodes) == 0 {
 		return nil, errors.New("redlock: no nodes")
 	}
@@ -88,6 +100,9 @@ func newNodes(nodes []Node) ([]node, error) {
 		}
 		seen[identity] = i
 		out[i] = node{Node: n, index: i, name: name, sending: new(atomic.Int32)}
+		if c, ok := n.(*redis.Client); ok && autoPipeline {
+			out[i].pipe = &pipeline{client: c}
+		}
 	}
 	return out, nil
 }
@@ -107,44 +122,92 @@ func describe(i int, n Node) (name string, identity any) {
 	return name, name // not comparable: cannot tell, so treat as distinct
 }
 
-// reply codes of the release, extend and check scripts.
-func outcomeOf(code int64) Outcome {
-	switch code {
-	case 1:
-		return Granted
-	case 0:
-		return Missing
-	case -1:
-		return Taken
-	}
-	return Failed
+// command is what a round sends to each node: a plain command, or a script
+// with its keys and arguments.
+type command struct {
+	args   []any
+	script *script
+	keys   []string
+	argv   []any
 }
 
-// acquire sends SET key value NX PX ms GET. GET makes the reply tell the
-// cases apart: nil means this call set the key; the old value equal to ours
-// means an earlier try of this very call (a client-library retry after a
-// lost reply) set it, which is a grant too; any other value is contention.
-func (n node) acquire(ctx context.Context, key, value string, ms int64) (Outcome, error) {
-	old, err := n.Do(ctx, "SET", key, value, "NX", "PX", ms, "GET").Text()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return Granted, nil
-	case err != nil:
-		return Failed, err
-	case old == value:
-		return Granted, nil
-	}
-	return Taken, nil
+func scriptCommand(s *script, keys []string, argv ...any) command {
+	return command{script: s, keys: keys, argv: argv}
 }
 
-// run runs one of the compare-and-act scripts (EVALSHA, EVAL on NOSCRIPT).
-func (n node) run(ctx context.Context, s *redis.Script, keys []string, args ...any) (Outcome, error) {
-	code, err := s.Run(ctx, n.Node, keys, args...).Int64()
+// wire is the command as a pipeline sends it: a script goes as EVALSHA.
+// Every node's command shares the slice, which nothing writes.
+func (c command) wire() []any {
+	if c.script == nil {
+		return c.args
+	}
+	a := make([]any, 0, 3+len(c.keys)+len(c.argv))
+	a = append(a, "evalsha", c.script.Hash(), len(c.keys))
+	for _, k := range c.keys {
+		a = append(a, k)
+	}
+	return append(a, c.argv...)
+}
+
+// source is the script's source, or "" for a plain command.
+func (c command) source() string {
+	if c.script == nil {
+		return ""
+	}
+	return c.script.src
+}
+
+// send sends c on the node's client (not its pipeline). A script goes as
+// EVALSHA, then EVAL on NOSCRIPT.
+func (n node) send(ctx context.Context, c command) *redis.Cmd {
+	if c.script != nil {
+		return c.script.Run(ctx, n.Node, c.keys, c.argv...)
+	}
+	return n.Do(ctx, c.args...)
+}
+
+// reader reads node i's reply to a round's command.
+type reader func(i int, cmd *redis.Cmd) (Outcome, error)
+
+// acquireCommand is SET key value NX PX ms GET. GET makes the reply tell the
+// cases apart (see readAcquire).
+func acquireCommand(key, value string, ms int64) command {
+	return command{args: []any{"SET", key, value, "NX", "PX", ms, "GET"}}
+}
+
+// readAcquire reads acquireCommand's reply: nil means this call set the key;
+// the old value equal to ours means an earlier try of this very call (a
+// client-library retry after a lost reply) set it, which is a grant too; any
+// other value is contention.
+func readAcquire(value string) reader {
+	return func(_ int, cmd *redis.Cmd) (Outcome, error) {
+		old, err := cmd.Text()
+		switch {
+		case errors.Is(err, redis.Nil):
+			return Granted, nil
+		case err != nil:
+			return Failed, err
+		case old == value:
+			return Granted, nil
+		}
+		return Taken, nil
+	}
+}
+
+// readScript reads the reply of the release, extend, check and fence
+// scripts: 1 done, 0 the key is missing, -1 another value holds it.
+func readScript(_ int, cmd *redis.Cmd) (Outcome, error) {
+	code, err := cmd.Int64()
 	if err != nil {
 		return Failed, err
 	}
-	if o := outcomeOf(code); o != Failed {
-		return o, nil
+	switch code {
+	case 1:
+		return Granted, nil
+	case 0:
+		return Missing, nil
+	case -1:
+		return Taken, nil
 	}
 	return Failed, fmt.Errorf("redlock: unexpected script reply %d", code)
 }

@@ -59,6 +59,14 @@ type Options struct {
 	// majority of nodes would not keep their counters across a crash (see
 	// Locker.Durability; re-checked every 10s). Needs CONFIG GET permission.
 	RequireDurable bool
+
+	// NoAutoPipeline sends each command to a *redis.Client node on its own
+	// pooled connection, from a goroutine per call, as go-redis does by
+	// default. Without it, New gives each *redis.Client node one sender that
+	// pipelines whatever commands are waiting (auto-pipelining): in order,
+	// with a bounded queue, and far fewer system calls under concurrency.
+	// Other Node types (ClusterClient, Ring, wrappers) are never pipelined.
+	NoAutoPipeline bool
 }
 
 // Defaults for Options.

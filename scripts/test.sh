@@ -24,6 +24,11 @@ if [ "${REDLOCK_SKIP_INTEGRATION:-}" != 1 ]; then
 fi
 echo "== unit and in-process tests: go test -race ./..."
 go test -race -count=1 ./...
+# The coordinator has two transports: the auto-pipeline it gives *redis.Client
+# nodes by default, and a goroutine and pooled connection per call
+# (Options.NoAutoPipeline, and any other Node type). Test both.
+echo "== the coordinator again over its direct transport: REDLOCK_TEST_TRANSPORT=direct go test -race ./redlock/"
+REDLOCK_TEST_TRANSPORT=direct go test -race -count=1 ./redlock/
 echo "== fencing schedules, full set without the race detector's slowdown"
 sched=$(mktemp)
 if ! go test -count=1 -run 'TestFencingOrderUnderRandomSchedules' -v ./redlock/ >"$sched" 2>&1; then
@@ -35,18 +40,20 @@ if [ "${REDLOCK_SKIP_INTEGRATION:-}" = 1 ]; then
 	echo "== SKIPPED the integration tests (REDLOCK_SKIP_INTEGRATION=1)"
 	exit 0
 fi
-echo "== integration tests on real Redis containers ($REDLOCK_TEST_IMAGE): go test -race ./test/integration/..."
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-start=$SECONDS
-if ! (cd test/integration && go test -race -count=1 -v -timeout 20m ./...) >"$log" 2>&1; then
-	cat "$log"
-	echo "== integration tests FAILED"
-	exit 1
-fi
-grep -E '^(=== RUN|--- |\s+--- |ok|PASS|FAIL)|_test\.go:[0-9]+:' "$log" | grep -v '^=== RUN' || true
-if grep -q -- '--- SKIP' "$log"; then
-	echo "== integration tests were skipped; that is a failure here"; exit 1
-fi
-echo "== integration: $(grep -c -- '^--- PASS' "$log") tests passed in $((SECONDS - start))s"
+for transport in auto-pipeline direct; do
+	echo "== integration tests on real Redis containers ($REDLOCK_TEST_IMAGE), $transport transport: go test -race ./test/integration/..."
+	start=$SECONDS
+	if ! (cd test/integration && REDLOCK_TEST_TRANSPORT=$transport go test -race -count=1 -v -timeout 20m ./...) >"$log" 2>&1; then
+		cat "$log"
+		echo "== integration tests FAILED ($transport transport)"
+		exit 1
+	fi
+	grep -E '^(=== RUN|--- |\s+--- |ok|PASS|FAIL)|_test\.go:[0-9]+:' "$log" | grep -v '^=== RUN' || true
+	if grep -q -- '--- SKIP' "$log"; then
+		echo "== integration tests were skipped; that is a failure here"; exit 1
+	fi
+	echo "== integration ($transport): $(grep -c -- '^--- PASS' "$log") tests passed in $((SECONDS - start))s"
+done
 echo "== all tests passed"

@@ -11,27 +11,27 @@ import (
 )
 
 type config struct {
-	nodes        []string        // -nodes: addresses or redis:// URLs
-	spawn        int             // -spawn: local redis-server processes
-	embedded     int             // -embedded: in-process nodes (the default source)
-	clients      int             // -clients
-	keys         int             // -keys
-	ttl          time.Duration   // -ttl
-	hold         time.Duration   // -hold
-	duration     time.Duration   // -duration
-	ops          int             // -ops: total cycles per implementation (0: use duration)
-	fencing      bool            // -fencing
-	mode         string          // -mode
-	nodeTimeout  time.Duration   // -node-timeout
-	latency      []time.Duration // -node-latency
-	faults       []fault         // -fault
-	impls        []string        // -impl
-	jsonOut      bool            // -json
-	plot         string          // -plot
-	quiet        bool            // -q
-	cpuprofile   string          // -cpuprofile
-	autopipeline bool            // -autopipeline
-	batched      bool            // -batched
+	nodes       []string        // -nodes: addresses or redis:// URLs
+	spawn       int             // -spawn: local redis-server processes
+	embedded    int             // -embedded: in-process nodes (the default source)
+	clients     int             // -clients
+	keys        int             // -keys
+	ttl         time.Duration   // -ttl
+	hold        time.Duration   // -hold
+	duration    time.Duration   // -duration
+	ops         int             // -ops: total cycles per implementation (0: use duration)
+	fencing     bool            // -fencing
+	mode        string          // -mode
+	nodeTimeout time.Duration   // -node-timeout
+	latency     []time.Duration // -node-latency
+	faults      []fault         // -fault
+	impls       []string        // -impl
+	jsonOut     bool            // -json
+	plot        string          // -plot
+	quiet       bool            // -q
+	cpuprofile  string          // -cpuprofile
+	goredisPipe bool            // -goredis-autopipeline
+	noPipeline  bool            // -no-autopipeline
 }
 
 // fault is one scheduled fault: freeze node k at `at` for `for` (0: to the
@@ -60,8 +60,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.duration, "duration", 2*time.Second, "how long to run each implementation")
 	fs.IntVar(&c.ops, "ops", 0, "run this many cycles per implementation instead of -duration")
 	fs.BoolVar(&c.fencing, "fencing", false, "issue fencing tokens (redlock only)")
-	fs.BoolVar(&c.batched, "batched", false, "wrap redlock's clients in redlock.Batched (auto-pipelining per node)")
-	fs.BoolVar(&c.autopipeline, "autopipeline", false, "give redlock go-redis AutoPipeline clients (experimental in go-redis) instead of plain ones")
+	fs.BoolVar(&c.noPipeline, "no-autopipeline", false, "redlock: a pooled connection per command (Options.NoAutoPipeline) instead of one auto-pipeline per node")
+	fs.BoolVar(&c.goredisPipe, "goredis-autopipeline", false, "redlock: go-redis AutoPipeline clients (experimental in go-redis) instead of its own auto-pipeline")
 	fs.StringVar(&c.mode, "mode", "trylock", "trylock (one attempt per cycle), lock (wait for the lock) or do (Locker.Do)")
 	fs.DurationVar(&c.nodeTimeout, "node-timeout", 0, "redlock's per-node timeout (0: the library default, 50ms)")
 	fs.StringVar(&latency, "node-latency", "", "comma-separated one-way `delays`, one per node, through a delay proxy (e.g. 1ms,2ms,3ms,4ms,50ms)")

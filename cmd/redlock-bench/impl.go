@@ -67,13 +67,7 @@ func hold(ctx context.Context, d time.Duration) {
 func newRedlock(d *deployment, cfg config) (*impl, error) {
 	var nodes []redlock.Node
 	for _, c := range d.newClients() {
-		if cfg.batched {
-			b := redlock.Batched(c)
-			d.cleanup = append(d.cleanup, func() { b.Close() })
-			nodes = append(nodes, b)
-			continue
-		}
-		if cfg.autopipeline {
+		if cfg.goredisPipe {
 			ap, err := c.AutoPipeline() // go-redis's own batching, one ordered stream per node
 			if err != nil {
 				return nil, err
@@ -83,7 +77,7 @@ func newRedlock(d *deployment, cfg config) (*impl, error) {
 		}
 		nodes = append(nodes, c)
 	}
-	l, err := redlock.New(nodes, &redlock.Options{Fencing: cfg.fencing, NodeTimeout: cfg.nodeTimeout})
+	l, err := redlock.New(nodes, &redlock.Options{Fencing: cfg.fencing, NodeTimeout: cfg.nodeTimeout, NoAutoPipeline: cfg.noPipeline})
 	if err != nil {
 		return nil, err
 	}
@@ -101,7 +95,14 @@ func newRedlock(d *deployment, cfg config) (*impl, error) {
 		defer cancel()
 		_ = l.Drain(ctx)
 	}}
-	im.about = fmt.Sprintf("this library, mode %s, fencing %v, batched %v, go-redis AutoPipeline %v", cfg.mode, cfg.fencing, cfg.batched, cfg.autopipeline)
+	transport := "auto-pipeline per node"
+	switch {
+	case cfg.goredisPipe:
+		transport = "go-redis AutoPipeline clients"
+	case cfg.noPipeline:
+		transport = "a pooled connection per command (NoAutoPipeline)"
+	}
+	im.about = fmt.Sprintf("this library, mode %s, fencing %v, %s", cfg.mode, cfg.fencing, transport)
 	switch cfg.mode {
 	case "do":
 		im.cycle = func(ctx context.Context, key string) (acq, rel time.Duration, o outcome, err error) {

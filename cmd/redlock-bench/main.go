@@ -26,8 +26,8 @@
 //	-mode M         trylock (one attempt per cycle), lock (wait), or do (Locker.Do)
 //	-fencing        issue fencing tokens
 //	-node-timeout D redlock's per-node timeout (library default 50ms)
-//	-batched        give redlock redlock.Batched nodes (auto-pipelining, one ordered pipeline per node)
-//	-autopipeline   give redlock go-redis AutoPipeline clients instead
+//	-no-autopipeline       redlock sends each command on a pooled connection (Options.NoAutoPipeline)
+//	-goredis-autopipeline  redlock gets go-redis AutoPipeline clients instead
 //	-cpuprofile F   write a CPU profile of the runs (go tool pprof)
 //
 // Deployment models and faults (through a TCP proxy in front of each node):

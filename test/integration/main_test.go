@@ -20,9 +20,23 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// withTransport applies REDLOCK_TEST_TRANSPORT to opts: "direct" sets
+// Options.NoAutoPipeline, so that scripts/test.sh can run the suite over both
+// of the coordinator's transports.
+func withTransport(opts *redlock.Options) *redlock.Options {
+	var o redlock.Options
+	if opts != nil {
+		o = *opts
+	}
+	if os.Getenv("REDLOCK_TEST_TRANSPORT") == "direct" {
+		o.NoAutoPipeline = true
+	}
+	return &o
+}
+
 func newLocker(t *testing.T, c *harness.Cluster, opts *redlock.Options) *redlock.Locker {
 	t.Helper()
-	l, err := redlock.New(c.Lockers(), opts)
+	l, err := redlock.New(c.Lockers(), withTransport(opts))
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

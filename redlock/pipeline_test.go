@@ -1,0 +1,245 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/internal/faultnet"
+	"github.com/redlock/redlock/quorum"
+)
+
+// pipelineCounter is a go-redis hook that counts the pipelines a client
+// sends and their sizes (not those setting up a connection), and can hold
+// the first one until released.
+type pipelineCounter struct {
+	mu    sync.Mutex
+	sizes []int
+	hold  chan struct{} // if set, the first pipeline waits for it to close
+}
+
+func (h *pipelineCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return next
+}
+func (h *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		switch cmds[0].Name() {
+		case "hello", "client", "auth", "select": // a new connection's set-up
+			return next(ctx, cmds)
+		}
+		h.mu.Lock()
+		h.sizes = append(h.sizes, len(cmds))
+		first := len(h.sizes) == 1
+		h.mu.Unlock()
+		if first && h.hold != nil {
+			<-h.hold
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h *pipelineCounter) pipelines() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]int(nil), h.sizes...)
+}
+
+// submitted is one command submitted to a pipeline on its own round.
+type submitted struct {
+	round *quorum.Round[Outcome]
+	calls *tracker
+}
+
+// submitDo queues args on p, as fanOut would for one node.
+func submitDo(p *pipeline, args ...any) (submitted, bool) {
+	s := submitted{round: quorum.Begin[Outcome](1), calls: &tracker{}}
+	s.calls.add(1)
+	read := func(_ int, cmd *redis.Cmd) (Outcome, error) {
+		if err := cmd.Err(); err != nil {
+			return Failed, err
+		}
+		return Granted, nil
+	}
+	j := job{cmd: redis.NewCmd(context.Background(), args...), timeout: time.Minute, round: s.round, read: read, calls: s.calls}
+	return s, p.submit(j)
+}
+
+func (p *pipeline) idle() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.running && len(p.queue) == 0
+}
+
+// Commands from concurrent callers run in the order each caller queued
+// them, all complete, and the sender goroutine ends when the queue is empty.
+func TestPipelineKeepsOrder(t *testing.T) {
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { client.Close() })
+	hooks := &pipelineCounter{}
+	client.AddHook(hooks)
+	p := &pipeline{client: client}
+
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 200 {
+				s, ok := submitDo(p, "RPUSH", "list", g*1000+i)
+				if !ok {
+					t.Error("queue full")
+					return
+				}
+				if _, err := s.round.Result(0); err != nil {
+					t.Errorf("RPUSH: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	vals, err := client.LRange(t.Context(), "list", 0, -1).Result()
+	require.NoError(t, err)
+	require.Len(t, vals, 16*200)
+	next := map[int]int{}
+	for _, v := range vals {
+		n, err := strconv.Atoi(v)
+		require.NoError(t, err)
+		g, i := n/1000, n%1000
+		require.Equal(t, next[g], i, "caller %d: push %d out of order", g, i)
+		next[g]++
+	}
+	require.Eventually(t, p.idle, time.Second, time.Millisecond, "the sender must end when idle")
+	sent := 0
+	for _, n := range hooks.pipelines() {
+		sent += n
+	}
+	assert.Equal(t, 16*200, sent)
+	t.Logf("3,200 commands in %d pipelines", len(hooks.pipelines()))
+}
+
+// Commands queued while a batch is in flight go out together in the next
+// one, up to batchMax, in order.
+func TestPipelineBatchesWhatWaits(t *testing.T) {
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { client.Close() })
+	hooks := &pipelineCounter{hold: make(chan struct{})}
+	client.AddHook(hooks)
+	p := &pipeline{client: client}
+
+	first, ok := submitDo(p, "RPUSH", "list", -1)
+	require.True(t, ok)
+	require.Eventually(t, func() bool { return len(hooks.pipelines()) == 1 }, time.Second, time.Millisecond)
+	var rest []submitted
+	for i := range batchMax + 10 {
+		s, ok := submitDo(p, "RPUSH", "list", i)
+		require.True(t, ok)
+		rest = append(rest, s)
+	}
+	close(hooks.hold)
+	for _, s := range append(rest, first) {
+		_, err := s.round.Result(0)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, []int{1, batchMax, 10}, hooks.pipelines())
+	vals, err := client.LRange(t.Context(), "list", 0, -1).Result()
+	require.NoError(t, err)
+	for i, v := range vals {
+		assert.Equal(t, strconv.Itoa(i-1), v)
+	}
+}
+
+// A node that stops answering holds one batch; commands queue behind it up
+// to pipelineQueue, and further ones are refused at once. When the client's
+// read timeout ends the stuck batch, every queued command is answered and
+// the sender ends.
+func TestPipelineBoundsAHungNode(t *testing.T) {
+	m := miniredis.RunT(t)
+	proxy, err := faultnet.Listen(m.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { proxy.Close() })
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 300 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { client.Close() })
+	hooks := &pipelineCounter{}
+	client.AddHook(hooks)
+	p := &pipeline{client: client}
+	require.NoError(t, client.Ping(t.Context()).Err()) // connected before the fault
+	proxy.SetBlackhole(true)
+
+	stuck, ok := submitDo(p, "PING")
+	require.True(t, ok)
+	require.Eventually(t, func() bool { return len(hooks.pipelines()) == 1 }, time.Second, time.Millisecond)
+	var queued []submitted
+	refused := 0
+	for range pipelineQueue + 100 {
+		s, ok := submitDo(p, "PING")
+		if !ok {
+			refused++
+			continue
+		}
+		queued = append(queued, s)
+	}
+	assert.Len(t, queued, pipelineQueue, "the queue holds pipelineQueue commands")
+	assert.Equal(t, 100, refused, "past the bound, submissions are refused at once")
+
+	_, err = stuck.round.Result(0)
+	assert.Error(t, err, "the stuck batch ends with the read timeout")
+	proxy.SetBlackhole(false)
+	proxy.DropConnections()
+	for _, s := range queued {
+		s.round.Result(0) // answered, one way or the other
+		require.NoError(t, s.calls.wait(t.Context()))
+	}
+	require.Eventually(t, p.idle, 5*time.Second, time.Millisecond, "the sender must end when idle")
+}
+
+// A node that lost its scripts answers EVALSHA with NOSCRIPT; the sender
+// resends those scripts with EVAL before anything queued after them.
+func TestPipelineResendsScriptsAfterNoscript(t *testing.T) {
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { client.Close() })
+	hooks := &pipelineCounter{}
+	client.AddHook(hooks)
+	n := node{Node: client, pipe: &pipeline{client: client}}
+	require.NoError(t, m.Set("k", "v"))
+	require.NoError(t, client.ScriptFlush(t.Context()).Err())
+
+	round := quorum.Begin[Outcome](1)
+	calls := &tracker{}
+	calls.add(1)
+	c := scriptCommand(releaseScript, []string{"k"}, "v")
+	require.True(t, n.pipe.submit(job{cmd: redis.NewCmd(t.Context(), c.wire()...), timeout: time.Second, src: c.source(), round: round, read: readScript, calls: calls}))
+	o, err := round.Result(0)
+	require.NoError(t, err)
+	assert.Equal(t, Granted, o)
+	assert.False(t, m.Exists("k"))
+	assert.Equal(t, []int{1, 1}, hooks.pipelines(), "EVALSHA, then EVAL alone")
+}
+
+// errors.Is works through a QuorumError for a refused pipelined call.
+func TestPipelineRefusalIsReported(t *testing.T) {
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { client.Close() })
+	l, err := New([]Node{client}, nil)
+	require.NoError(t, err)
+	l.nodes[0].pipe.mu.Lock()
+	l.nodes[0].pipe.queue = make([]job, pipelineQueue) // full
+	l.nodes[0].pipe.running = true                     // and its sender busy
+	l.nodes[0].pipe.mu.Unlock()
+	_, err = l.TryLock(t.Context(), "k", time.Minute)
+	var qe *QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.True(t, errors.Is(qe.Nodes[0].Err, errNodeBusy), "got %v", qe.Nodes[0].Err)
+	assert.NoError(t, l.Drain(t.Context()))
+}
