@@ -42,6 +42,10 @@ type pipeline struct {
 	queue   []job
 	spare   []job // the previous batch's slice, reused for the next queue
 	running bool  // a sender goroutine is running
+
+	// concurrent: the last batch carried more than one command, so more
+	// callers are likely about to queue. Only the sender uses it.
+	concurrent bool
 }
 
 // pipelineQueue bounds the commands waiting for one node's sender; batchMax
@@ -94,10 +98,14 @@ func (p *pipeline) send() {
 		if len(batch) == 0 {
 			return
 		}
-		// Let callers that are about to queue do so: one yield deepens the
-		// batch under load and costs nothing when idle.
-		runtime.Gosched()
-		batch = p.takeMore(batch)
+		if p.concurrent {
+			// Let callers that are about to queue do so: under load one
+			// yield deepens the batch. A lone caller skips it, so that its
+			// command goes out at once.
+			runtime.Gosched()
+			batch = p.takeMore(batch)
+		}
+		p.concurrent = len(batch) > 1
 		p.exec(batch)
 		clear(batch) // drop the finished commands and rounds
 	}

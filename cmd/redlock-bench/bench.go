@@ -23,6 +23,26 @@ type result struct {
 	Allocs     float64       `json:"allocs_per_cycle"`
 
 	acquire, release, cycle *hist
+	mallocs                 uint64 // allocations during the run
+}
+
+// merge adds o, another share of the same implementation's run, to r.
+func (r *result) merge(o *result) {
+	r.Elapsed += o.Elapsed
+	r.Cycles += o.Cycles
+	r.Acquired += o.Acquired
+	r.Contended += o.Contended
+	r.Errors += o.Errors
+	if r.FirstError == "" {
+		r.FirstError = o.FirstError
+	}
+	r.acquire.merge(o.acquire)
+	r.release.merge(o.release)
+	r.cycle.merge(o.cycle)
+	r.mallocs += o.mallocs
+	if r.Cycles > 0 {
+		r.Allocs = float64(r.mallocs) / float64(r.Cycles)
+	}
 }
 
 func (r *result) rate() float64 { return float64(r.Acquired) / r.Elapsed.Seconds() }
@@ -94,8 +114,9 @@ func bench(ctx context.Context, im *impl, cfg config, progress io.Writer) *resul
 	stopProgress()
 	after.read()
 	res.Cycles = res.Acquired + res.Contended + res.Errors
+	res.mallocs = after.mallocs - before.mallocs
 	if res.Cycles > 0 {
-		res.Allocs = float64(after.mallocs-before.mallocs) / float64(res.Cycles)
+		res.Allocs = float64(res.mallocs) / float64(res.Cycles)
 	}
 	im.drain()
 	return res

@@ -32,6 +32,7 @@ type config struct {
 	cpuprofile  string          // -cpuprofile
 	goredisPipe bool            // -goredis-autopipeline
 	noPipeline  bool            // -no-autopipeline
+	rounds      int             // -rounds
 }
 
 // fault is one scheduled fault: freeze node k at `at` for `for` (0: to the
@@ -43,7 +44,12 @@ type fault struct {
 	dur  time.Duration
 }
 
-var allImpls = []string{"redlock", "raw", "redsync", "redsync-failfast"}
+// allImpls is what -impl all runs; knownImpls adds the library's other
+// transport, for comparing the two.
+var (
+	allImpls   = []string{"redlock", "raw", "redsync", "redsync-failfast"}
+	knownImpls = append([]string{"redlock-direct"}, allImpls...)
+)
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
@@ -58,6 +64,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.ttl, "ttl", 10*time.Second, "lock TTL")
 	fs.DurationVar(&c.hold, "hold", 0, "time inside the critical section")
 	fs.DurationVar(&c.duration, "duration", 2*time.Second, "how long to run each implementation")
+	fs.IntVar(&c.rounds, "rounds", 1, "run the implementations in turn this many times, each for a share of -duration (or -ops), and merge the shares: interleaving puts them under the same noise on a shared machine")
 	fs.IntVar(&c.ops, "ops", 0, "run this many cycles per implementation instead of -duration")
 	fs.BoolVar(&c.fencing, "fencing", false, "issue fencing tokens (redlock only)")
 	fs.BoolVar(&c.noPipeline, "no-autopipeline", false, "redlock: a pooled connection per command (Options.NoAutoPipeline) instead of one auto-pipeline per node")
@@ -66,7 +73,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.nodeTimeout, "node-timeout", 0, "redlock's per-node timeout (0: the library default, 50ms)")
 	fs.StringVar(&latency, "node-latency", "", "comma-separated one-way `delays`, one per node, through a delay proxy (e.g. 1ms,2ms,3ms,4ms,50ms)")
 	fs.StringVar(&faults, "fault", "", "faults to inject: `freeze:K@T[+D]` or stop:K@T, comma-separated (node K, at T, for D)")
-	fs.StringVar(&impl, "impl", "redlock", "implementations: redlock, raw, redsync, redsync-failfast, or all (comma-separated)")
+	fs.StringVar(&impl, "impl", "redlock", "implementations: redlock, redlock-direct, raw, redsync, redsync-failfast, or all (comma-separated)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print results as JSON")
 	fs.StringVar(&c.plot, "plot", "", "write a latency CDF per implementation to this SVG `file`")
 	fs.BoolVar(&c.quiet, "q", false, "no progress line")
@@ -125,6 +132,14 @@ func (c *config) validate() error {
 		return fmt.Errorf("-duration %v: must be positive", c.duration)
 	case c.ops < 0:
 		return fmt.Errorf("-ops %d: must not be negative", c.ops)
+	case c.rounds < 1 || c.rounds > 1000:
+		return fmt.Errorf("-rounds %d: need 1 to 1000", c.rounds)
+	case c.ops > 0 && c.ops < c.rounds:
+		return fmt.Errorf("-ops %d: fewer cycles than -rounds %d", c.ops, c.rounds)
+	case c.ops == 0 && c.duration/time.Duration(c.rounds) < 10*time.Millisecond:
+		return fmt.Errorf("-duration %v: under 10ms per round with -rounds %d", c.duration, c.rounds)
+	case c.rounds > 1 && len(c.faults) > 0:
+		return fmt.Errorf("-rounds %d with -fault: a fault schedule needs one continuous run per implementation", c.rounds)
 	case c.nodeTimeout < 0:
 		return fmt.Errorf("-node-timeout %v: must not be negative", c.nodeTimeout)
 	case c.mode != "trylock" && c.mode != "lock" && c.mode != "do":
@@ -207,11 +222,11 @@ func parseImpls(s string) ([]string, error) {
 	for _, name := range strings.Split(s, ",") {
 		name = strings.TrimSpace(name)
 		found := false
-		for _, known := range allImpls {
+		for _, known := range knownImpls {
 			found = found || name == known
 		}
 		if !found {
-			return nil, fmt.Errorf("unknown implementation %q (want %s or all)", name, strings.Join(allImpls, ", "))
+			return nil, fmt.Errorf("unknown implementation %q (want %s or all)", name, strings.Join(knownImpls, ", "))
 		}
 		out = append(out, name)
 	}

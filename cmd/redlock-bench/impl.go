@@ -42,6 +42,13 @@ func newImpl(name string, d *deployment, cfg config) (*impl, error) {
 	switch name {
 	case "redlock":
 		return newRedlock(d, cfg)
+	case "redlock-direct": // this library over its other transport, for comparison
+		cfg.noPipeline, cfg.goredisPipe = true, false
+		im, err := newRedlock(d, cfg)
+		if im != nil {
+			im.name = name
+		}
+		return im, err
 	case "raw":
 		return newRaw(d, cfg), nil
 	case "redsync":

@@ -23,6 +23,9 @@
 //	-hold D         time inside the critical section (0)
 //	-duration D     how long each implementation runs (2s), or
 //	-ops N          how many cycles each implementation runs
+//	-rounds K       run the implementations in turn K times, each for a share
+//	                of -duration or -ops, and merge the shares (1): on a noisy
+//	                machine this puts them under the same noise
 //	-mode M         trylock (one attempt per cycle), lock (wait), or do (Locker.Do)
 //	-fencing        issue fencing tokens
 //	-node-timeout D redlock's per-node timeout (library default 50ms)
@@ -40,6 +43,8 @@
 // nodes with the same workload:
 //
 //	redlock            this library
+//	redlock-direct     this library with Options.NoAutoPipeline (a pooled
+//	                   connection and goroutine per command; not in all)
 //	raw                SET NX PX + compare-and-delete on one node: the floor
 //	                   (the third-fastest node under -node-latency)
 //	redsync            github.com/go-redsync/redsync/v4, defaults
@@ -62,6 +67,7 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -102,6 +108,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	} else {
 		workload += fmt.Sprintf(", %v each", cfg.duration)
 	}
+	if cfg.rounds > 1 {
+		workload += fmt.Sprintf(", in %d interleaved rounds", cfg.rounds)
+	}
 	fmt.Fprintf(out, "redlock-bench: %s\nworkload: %s\n", d.describe, workload)
 
 	if cfg.cpuprofile != "" {
@@ -115,21 +124,37 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	var results []*result
-	for _, name := range cfg.impls {
-		im, err := newImpl(name, d, cfg)
-		if err != nil {
+	impls := make([]*impl, len(cfg.impls))
+	for i, name := range cfg.impls {
+		if impls[i], err = newImpl(name, d, cfg); err != nil {
 			return err
 		}
-		faultCtx, cancelFaults := context.WithCancel(ctx)
-		d.inject(faultCtx, cfg.faults)
-		r := bench(ctx, im, cfg, progress)
-		cancelFaults()
-		results = append(results, r)
-		printTable(out, r)
-		if ctx.Err() != nil {
-			return ctx.Err()
+	}
+	share := cfg // one round's share of the run
+	share.duration /= time.Duration(cfg.rounds)
+	share.ops /= cfg.rounds
+	results := make([]*result, len(impls))
+	for round := range cfg.rounds {
+		for i, im := range impls {
+			if round == cfg.rounds-1 && cfg.ops > 0 {
+				share.ops = cfg.ops - (cfg.rounds-1)*(cfg.ops/cfg.rounds)
+			}
+			faultCtx, cancelFaults := context.WithCancel(ctx)
+			d.inject(faultCtx, cfg.faults)
+			r := bench(ctx, im, share, progress)
+			cancelFaults()
+			if results[i] == nil {
+				results[i] = r
+			} else {
+				results[i].merge(r)
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 		}
+	}
+	for _, r := range results {
+		printTable(out, r)
 	}
 	printComparison(out, results)
 

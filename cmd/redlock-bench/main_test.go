@@ -67,6 +67,10 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"-nodes", "nohostport"}, "want host:port"},
 		{[]string{"-nodes", "redis://[bad"}, "-nodes"},
 		{[]string{"-node-timeout", "-1s"}, "-node-timeout"},
+		{[]string{"-rounds", "0"}, "-rounds 0"},
+		{[]string{"-rounds", "5", "-ops", "3"}, "fewer cycles than -rounds"},
+		{[]string{"-rounds", "100", "-duration", "500ms"}, "under 10ms per round"},
+		{[]string{"-rounds", "2", "-fault", "freeze:1@1s"}, "one continuous run"},
 		{[]string{"extra"}, "unexpected arguments"},
 		{[]string{"-bogus"}, "flag provided but not defined"},
 	} {
@@ -78,6 +82,35 @@ func TestFlagValidation(t *testing.T) {
 		if !strings.Contains(err.Error()+out, tt.want) {
 			t.Errorf("%v: error %q; want %q", tt.args, err, tt.want)
 		}
+	}
+}
+
+// -rounds interleaves the implementations and merges each one's shares:
+// the cycle counts add up to -ops, and the output says it.
+func TestRounds(t *testing.T) {
+	out, err := runCLI(t, "-json", "-ops", "61", "-rounds", "3", "-clients", "2", "-keys", "2", "-impl", "redlock,raw")
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	var rep struct {
+		Results []struct {
+			Impl             string
+			Cycles, Acquired int64
+			AllocsPerCycle   float64                     `json:"allocs_per_cycle"`
+			Latency          map[string]map[string]int64 `json:"latency_ns"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out)
+	}
+	for _, r := range rep.Results {
+		if r.Cycles != 61 || r.Acquired == 0 || r.AllocsPerCycle <= 0 || r.Latency["cycle"]["p50"] <= 0 {
+			t.Errorf("%s: %+v", r.Impl, r)
+		}
+	}
+	text, err := runCLI(t, "-ops", "20", "-rounds", "2", "-impl", "redlock,raw")
+	if err != nil || !strings.Contains(text, "in 2 interleaved rounds") || strings.Count(text, "cycles/s;") != 2 {
+		t.Errorf("run: %v\n%s", err, text)
 	}
 }
 
