@@ -20,6 +20,8 @@ package quorum
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"time"
 )
 
@@ -30,13 +32,27 @@ func Majority(n int) int { return n/2 + 1 }
 // deadline passed.
 var ErrNoReply = errors.New("quorum: no reply before the deadline")
 
-// Round is one call on each of N nodes, started by Start.
+// Round is one call on each of N nodes, started by Start or Begin.
 type Round[T any] struct {
-	values   []T
-	errs     []error
-	settled  []chan struct{} // settled[i] is closed once call i has returned
-	arrivals chan int        // indexes of returned calls, buffered to N
+	mu       sync.Mutex
+	calls    []call[T]
+	arrivals chan int // indexes of returned calls, buffered to N
 }
+
+// call is one node's call in a round.
+type call[T any] struct {
+	value    T
+	err      error
+	returned bool
+	settled  chan struct{} // made on demand (Settled), closed once the call has returned
+}
+
+// closed is the channel Settled returns for a call that has already returned.
+var closed = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // Start runs call(i) for every i in [0, n) in its own goroutine and returns at
 // once. call must return: give it a context or timeout of its own. A call
@@ -56,44 +72,61 @@ func Start[T any](n int, call func(i int) (T, error)) *Round[T] {
 // way suits it (an asynchronous transport, say, that needs no goroutine per
 // call), reporting each call's result with Deliver.
 func Begin[T any](n int) *Round[T] {
-	r := &Round[T]{
-		values:  make([]T, n),
-		errs:    make([]error, n),
-		settled: make([]chan struct{}, n),
+	return &Round[T]{
+		calls: make([]call[T], n),
 		// Buffered to n so that no call blocks after the decision stopped reading.
 		arrivals: make(chan int, n),
 	}
-	for i := range n {
-		r.settled[i] = make(chan struct{})
-	}
-	return r
 }
 
 // Deliver reports the result of call i. It must be called exactly once for
 // each i of a round from Begin (a second call panics); it never blocks.
 func (r *Round[T]) Deliver(i int, v T, err error) {
-	r.values[i], r.errs[i] = v, err
-	close(r.settled[i])
+	r.mu.Lock()
+	c := &r.calls[i]
+	if c.returned {
+		r.mu.Unlock()
+		panic(fmt.Sprintf("quorum: call %d delivered twice", i))
+	}
+	c.value, c.err, c.returned = v, err, true
+	settled := c.settled
+	r.mu.Unlock()
+	if settled != nil {
+		close(settled)
+	}
 	r.arrivals <- i
 }
 
 // Len returns the number of nodes.
-func (r *Round[T]) Len() int { return len(r.settled) }
+func (r *Round[T]) Len() int { return len(r.calls) }
 
 // Settled returns a channel that is closed once node i's call has returned,
 // whether before or after the decision.
-func (r *Round[T]) Settled(i int) <-chan struct{} { return r.settled[i] }
+func (r *Round[T]) Settled(i int) <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := &r.calls[i]
+	switch {
+	case c.returned:
+		return closed
+	case c.settled == nil:
+		c.settled = make(chan struct{})
+	}
+	return c.settled
+}
 
 // Result waits for node i's call to return and returns its result.
 func (r *Round[T]) Result(i int) (T, error) {
-	<-r.settled[i]
-	return r.values[i], r.errs[i]
+	<-r.Settled(i)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls[i].value, r.calls[i].err
 }
 
 // Wait waits for every call to return.
 func (r *Round[T]) Wait() {
-	for _, c := range r.settled {
-		<-c
+	for i := range r.calls {
+		<-r.Settled(i)
 	}
 }
 
@@ -136,7 +169,8 @@ func (r *Round[T]) Decide(ctx context.Context, wait time.Duration, accept func(T
 	for t.Accepted < t.Need && t.Refused <= n-t.Need {
 		select {
 		case i := <-r.arrivals:
-			v := Vote[T]{Value: r.values[i], Err: r.errs[i], Replied: true}
+			value, err := r.Result(i) // returned: it has arrived
+			v := Vote[T]{Value: value, Err: err, Replied: true}
 			v.Accepted = accept(v.Value, v.Err)
 			t.Votes[i] = v
 			if v.Accepted {

@@ -7,30 +7,28 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlock/redlock/internal/fakeredis"
 	"github.com/redlock/redlock/quorum"
 	"github.com/redlock/redlock/redlock"
 )
 
-// benchCases are the Locker set-ups the cycle benchmarks compare: both
-// transports, with and without fencing.
-var benchCases = []struct {
+// transports are the coordinator's two ways of talking to a *redis.Client.
+var transports = []struct {
 	name string
 	opts redlock.Options
 }{
 	{"auto-pipeline", redlock.Options{NodeTimeout: time.Second}},
-	{"auto-pipeline/fencing", redlock.Options{NodeTimeout: time.Second, Fencing: true}},
 	{"direct", redlock.Options{NodeTimeout: time.Second, NoAutoPipeline: true}},
-	{"direct/fencing", redlock.Options{NodeTimeout: time.Second, NoAutoPipeline: true, Fencing: true}},
 }
 
-// BenchmarkCycle measures one TryLock+Unlock cycle on five in-process nodes
-// (miniredis), one cycle at a time. The nodes run in the same process, so
-// ns/op and allocs/op include the servers' share; compare the ratios
-// measured in one run, not absolute figures across machines.
+// BenchmarkCycle measures one TryLock+Unlock cycle at a time on five fake
+// nodes (internal/fakeredis: canned replies, no Lua), so that ns/op and
+// allocs/op are the client's own: the coordinator, go-redis and loopback
+// system calls. Compare the transports within one run.
 func BenchmarkCycle(b *testing.B) {
-	for _, bc := range benchCases {
-		b.Run(bc.name, func(b *testing.B) {
-			l, ctx := benchLocker(b, bc.opts)
+	for _, tr := range transports {
+		b.Run(tr.name, func(b *testing.B) {
+			l, ctx := benchLocker(b, fakeNodes(b, 5), tr.opts)
 			b.ReportAllocs()
 			for b.Loop() {
 				cycle(b, l, ctx, "bench")
@@ -41,12 +39,12 @@ func BenchmarkCycle(b *testing.B) {
 	}
 }
 
-// BenchmarkCycleParallel runs cycles from 8 goroutines per CPU, each on its
-// own keys: the load under which the auto-pipeline batches commands.
+// BenchmarkCycleParallel runs cycles from 8 goroutines per CPU on five fake
+// nodes: the load under which the auto-pipeline batches commands.
 func BenchmarkCycleParallel(b *testing.B) {
-	for _, bc := range benchCases {
-		b.Run(bc.name, func(b *testing.B) {
-			l, ctx := benchLocker(b, bc.opts)
+	for _, tr := range transports {
+		b.Run(tr.name, func(b *testing.B) {
+			l, ctx := benchLocker(b, fakeNodes(b, 5), tr.opts)
 			var next atomic.Int64
 			b.ReportAllocs()
 			b.SetParallelism(8)
@@ -62,9 +60,44 @@ func BenchmarkCycleParallel(b *testing.B) {
 	}
 }
 
-func benchLocker(b *testing.B, opts redlock.Options) (*redlock.Locker, context.Context) {
-	c := newCluster(b, 5)
-	l, err := redlock.New(c.nodes(nil), &opts)
+// BenchmarkCycleMiniredis runs cycles on five miniredis nodes, which run the
+// real scripts (in gopher-lua, in this process: their share dominates),
+// without and with fencing.
+func BenchmarkCycleMiniredis(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		opts redlock.Options
+	}{
+		{"plain", redlock.Options{NodeTimeout: time.Second}},
+		{"fencing", redlock.Options{NodeTimeout: time.Second, Fencing: true}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			l, ctx := benchLocker(b, newCluster(b, 5).nodes(nil), bc.opts)
+			b.ReportAllocs()
+			for b.Loop() {
+				cycle(b, l, ctx, "bench")
+			}
+			b.StopTimer()
+			_ = l.Drain(ctx)
+		})
+	}
+}
+
+func fakeNodes(b *testing.B, n int) []redlock.Node {
+	var nodes []redlock.Node
+	for range n {
+		s, err := fakeredis.Start()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close() })
+		nodes = append(nodes, newClient(b, s.Addr()))
+	}
+	return nodes
+}
+
+func benchLocker(b *testing.B, nodes []redlock.Node, opts redlock.Options) (*redlock.Locker, context.Context) {
+	l, err := redlock.New(nodes, &opts)
 	if err != nil {
 		b.Fatal(err)
 	}
