@@ -169,7 +169,7 @@ func (p *Proxy) pump(src, dst net.Conn, upstream bool) {
 	go func() {
 		defer close(writerDone)
 		for c := range queue {
-			time.Sleep(time.Until(c.due))
+			sleepUntil(c.due)
 			if _, err := dst.Write(c.data); err != nil {
 				src.Close()
 				for range queue { // drain so the reader never blocks
