@@ -268,7 +268,7 @@ func (l *Locker) fanOut(ctx context.Context, f fan, c command, read reader) *quo
 		if wire == nil {
 			wire = c.wire()
 		}
-		j := job{cmd: redis.NewCmd(ctx, wire...), timeout: f.timeout, src: c.source(), round: round, node: i, read: read, calls: &l.inflight}
+		j := job{cmd: redis.NewCmd(ctx, wire...), key: c.key, timeout: f.timeout, src: c.source(), round: round, node: i, read: read, calls: &l.inflight}
 		if !n.pipe.submit(j) {
 			l.settle(round, i, Failed, errNodeBusy)
 		}

@@ -125,6 +125,7 @@ func describe(i int, n Node) (name string, identity any) {
 // command is what a round sends to each node: a plain command, or a script
 // with its keys and arguments.
 type command struct {
+	key    string // the first key, whose order a pipeline keeps
 	args   []any
 	script *script
 	keys   []string
@@ -132,7 +133,7 @@ type command struct {
 }
 
 func scriptCommand(s *script, keys []string, argv ...any) command {
-	return command{script: s, keys: keys, argv: argv}
+	return command{key: keys[0], script: s, keys: keys, argv: argv}
 }
 
 // wire is the command as a pipeline sends it: a script goes as EVALSHA.
@@ -172,7 +173,7 @@ type reader func(i int, cmd *redis.Cmd) (Outcome, error)
 // acquireCommand is SET key value NX PX ms GET. GET makes the reply tell the
 // cases apart (see readAcquire).
 func acquireCommand(key, value string, ms int64) command {
-	return command{args: []any{"SET", key, value, "NX", "PX", ms, "GET"}}
+	return command{key: key, args: []any{"SET", key, value, "NX", "PX", ms, "GET"}}
 }
 
 // readAcquire reads acquireCommand's reply: nil means this call set the key;

@@ -12,9 +12,9 @@ import (
 )
 
 // pipeline is the transport New gives each *redis.Client node (unless
-// Options.NoAutoPipeline): one sender per node that writes whatever commands
-// are waiting as one pipeline, on one connection at a time, and reads their
-// replies (auto-pipelining, as rueidis does).
+// Options.NoAutoPipeline): senders that write whatever commands are waiting
+// as one pipeline on a pooled connection and read the replies
+// (auto-pipelining, as rueidis does).
 //
 // Why: a lock cycle is ten tiny commands (a SET and a release on each of five
 // nodes). Sent one per pooled connection, each costs a write and a read
@@ -24,15 +24,21 @@ import (
 // write, as before.
 //
 // What it keeps:
-//   - FIFO per node. Commands reach the node in the order they were queued,
-//     one batch after the other, so a release queued after its SET always
-//     follows it, and an acquisition queued after a release of the same key
-//     follows that. No call needs to wait for another before it is queued.
-//   - No goroutine per call, and none at all while idle: the sender starts
-//     when the first command is queued and ends when the queue is empty.
-//     Replies are delivered straight into the round's vote.
-//   - A bounded queue. A node that stops answering holds its batch until the
-//     client's read timeout; commands queued meanwhile wait, up to
+//   - Order per key. Commands on one key reach the node in the order they
+//     were queued: while a batch holding a key is in flight, later commands
+//     on that key wait for it. So a release queued after its SET follows it,
+//     and an acquisition queued after a release of the same key follows
+//     that. No call needs to wait for another before it is queued.
+//   - No head-of-line wait on slow links. Commands queue behind a batch in
+//     flight, which is what makes batches deep on a fast link; but where
+//     batches take milliseconds to come back (farRTT), a command that has
+//     waited pipelineLinger starts another sender (up to maxSenders), so
+//     commands on other keys do not wait for the whole round trip.
+//   - No goroutine per call, and none at all while idle: senders start when
+//     commands are queued and end when none is left for them. Replies are
+//     delivered straight into the round's vote.
+//   - A bounded queue. A node that stops answering holds its batches until
+//     the client's read timeout; commands queued meanwhile wait, up to
 //     pipelineQueue of them, and further ones fail at once (errNodeBusy).
 //     The vote never waits for them: NodeTimeout decides.
 type pipeline struct {
@@ -40,24 +46,35 @@ type pipeline struct {
 
 	mu      sync.Mutex
 	queue   []job
-	spare   []job // the previous batch's slice, reused for the next queue
-	running bool  // a sender goroutine is running
-
-	// concurrent: the last batch carried more than one command, so more
-	// callers are likely about to queue. Only the sender uses it.
-	concurrent bool
+	busy    map[string]int64 // keys in a batch in flight, and the sender that holds them
+	senders int              // sender goroutines running
+	lastID  int64            // the last sender's id
+	kick    *time.Timer      // starts another sender for commands left waiting
+	kicking bool             // kick is set to fire
+	rtt     time.Duration    // recent batches' round trip (moving average)
 }
 
-// pipelineQueue bounds the commands waiting for one node's sender; batchMax
-// bounds one pipeline. Together they bound what a hung node holds.
+// pipelineQueue bounds the commands waiting for one node's senders; batchMax
+// bounds one pipeline, and maxSenders the batches in flight on one node.
+// Together they bound what a hung node holds.
+//
+// A node whose batches take farRTT or more to come back is far: a command
+// queued behind a batch in flight waits pipelineLinger (long enough for
+// concurrent callers to join it), then another sender takes it. On a near
+// node commands wait for the batch in flight, which is soon back; that is
+// what makes batches deep under load.
 const (
-	pipelineQueue = 1024
-	batchMax      = 256
+	pipelineQueue  = 1024
+	batchMax       = 256
+	maxSenders     = 8
+	farRTT         = 1500 * time.Microsecond
+	pipelineLinger = 200 * time.Microsecond
 )
 
 // job is one queued command and where its reply goes.
 type job struct {
 	cmd     *redis.Cmd
+	key     string        // the key whose order it keeps
 	timeout time.Duration // the batch carrying it may take this long
 	src     string        // a script's source, resent with EVAL after NOSCRIPT; "" for other commands
 	round   *quorum.Round[Outcome]
@@ -72,81 +89,118 @@ func (j *job) deliver() {
 	j.calls.done()
 }
 
-// submit queues j, starting the sender if it is not running. It reports
-// false, queuing nothing, when the queue is full.
+// submit queues j, starting a sender if none is running, or setting the kick
+// if the senders are busy. It reports false, queuing nothing, when the queue
+// is full.
 func (p *pipeline) submit(j job) bool {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if len(p.queue) >= pipelineQueue {
-		p.mu.Unlock()
 		return false
 	}
 	p.queue = append(p.queue, j)
-	start := !p.running
-	p.running = true
-	p.mu.Unlock()
-	if start {
-		go p.send()
+	switch {
+	case p.senders == 0:
+		p.startSender()
+	case p.senders < maxSenders && !p.kicking && p.rtt >= farRTT:
+		if p.kick == nil {
+			p.kick = time.AfterFunc(pipelineLinger, p.kicked)
+		} else {
+			p.kick.Reset(pipelineLinger)
+		}
+		p.kicking = true
 	}
 	return true
 }
 
-// send sends batches until the queue is empty.
-func (p *pipeline) send() {
+// startSender starts a sender goroutine. p.mu is held.
+func (p *pipeline) startSender() {
+	p.senders++
+	p.lastID++
+	go p.send(p.lastID)
+}
+
+// kicked runs pipelineLinger after a command was queued behind busy senders:
+// if commands are still waiting that a new sender could take, it starts one.
+func (p *pipeline) kicked() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.kicking = false
+	if p.senders >= maxSenders {
+		return
+	}
+	for i := range p.queue {
+		if _, held := p.busy[p.queue[i].key]; !held {
+			p.startSender()
+			return
+		}
+	}
+}
+
+// send sends batches until no queued command is left for it.
+func (p *pipeline) send(id int64) {
 	var batch []job
+	concurrent := false // the last batch carried more than one command
 	for {
-		batch = p.take(batch)
+		batch = p.take(id, batch[:0])
 		if len(batch) == 0 {
 			return
 		}
-		if p.concurrent {
+		if concurrent && len(batch) < batchMax {
 			// Let callers that are about to queue do so: under load one
 			// yield deepens the batch. A lone caller skips it, so that its
 			// command goes out at once.
 			runtime.Gosched()
-			batch = p.takeMore(batch)
+			batch = p.take(id, batch)
 		}
-		p.concurrent = len(batch) > 1
+		concurrent = len(batch) > 1
+		start := time.Now()
 		p.exec(batch)
+		p.release(id, batch, time.Since(start))
 		clear(batch) // drop the finished commands and rounds
 	}
 }
 
-// take swaps the queue for the (empty) batch slice, up to batchMax jobs. It
-// clears running when there is nothing to take, so that the next submit
-// starts a sender.
-func (p *pipeline) take(batch []job) []job {
+// take moves to batch, in order and up to batchMax, the queued commands whose
+// key no other sender holds, and holds their keys for sender id. When it
+// takes nothing the sender ends: it returns nil and counts the sender out.
+func (p *pipeline) take(id int64, batch []job) []job {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.queue) == 0 {
-		p.running = false
-		p.spare = batch[:0] // for the next sender
+	kept := p.queue[:0]
+	for _, j := range p.queue {
+		owner, held := p.busy[j.key]
+		if len(batch) == batchMax || held && owner != id {
+			kept = append(kept, j)
+			continue
+		}
+		if !held {
+			if p.busy == nil {
+				p.busy = make(map[string]int64)
+			}
+			p.busy[j.key] = id
+		}
+		batch = append(batch, j)
+	}
+	clear(p.queue[len(kept):])
+	p.queue = kept
+	if len(batch) == 0 {
+		p.senders--
 		return nil
 	}
-	if batch == nil {
-		batch, p.spare = p.spare, nil
-	}
-	if len(p.queue) <= batchMax {
-		batch, p.queue = p.queue, batch[:0]
-		return batch
-	}
-	batch = append(batch[:0], p.queue[:batchMax]...)
-	p.queue = p.queue[:copy(p.queue, p.queue[batchMax:])]
 	return batch
 }
 
-// takeMore moves jobs queued since take into batch, up to batchMax.
-func (p *pipeline) takeMore(batch []job) []job {
+// release lets go of the keys sender id held for batch, which took rtt.
+func (p *pipeline) release(id int64, batch []job, rtt time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	n := min(len(p.queue), batchMax-len(batch))
-	if n <= 0 {
-		return batch
+	p.rtt += (rtt - p.rtt) / 8
+	for i := range batch {
+		if p.busy[batch[i].key] == id {
+			delete(p.busy, batch[i].key)
+		}
 	}
-	batch = append(batch, p.queue[:n]...)
-	rest := copy(p.queue, p.queue[n:])
-	clear(p.queue[rest:])
-	p.queue = p.queue[:rest]
-	return batch
 }
 
 // exec sends batch as one pipeline and delivers every reply. Its context

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -69,18 +70,22 @@ func submitDo(p *pipeline, args ...any) (submitted, bool) {
 		}
 		return Granted, nil
 	}
-	j := job{cmd: redis.NewCmd(context.Background(), args...), timeout: time.Minute, round: s.round, read: read, calls: s.calls}
+	key := ""
+	if len(args) > 1 {
+		key = fmt.Sprint(args[1])
+	}
+	j := job{cmd: redis.NewCmd(context.Background(), args...), key: key, timeout: time.Minute, round: s.round, read: read, calls: s.calls}
 	return s, p.submit(j)
 }
 
 func (p *pipeline) idle() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return !p.running && len(p.queue) == 0
+	return p.senders == 0 && len(p.queue) == 0 && len(p.busy) == 0
 }
 
-// Commands from concurrent callers run in the order each caller queued
-// them, all complete, and the sender goroutine ends when the queue is empty.
+// Commands from concurrent callers on each key run in the order each caller
+// queued them, all complete, and the senders end when the queue is empty.
 func TestPipelineKeepsOrder(t *testing.T) {
 	m := miniredis.RunT(t)
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
@@ -93,10 +98,17 @@ func TestPipelineKeepsOrder(t *testing.T) {
 	for g := range 16 {
 		wg.Go(func() {
 			for i := range 200 {
-				s, ok := submitDo(p, "RPUSH", "list", g*1000+i)
+				list := "list" // shared, and one per caller
+				if i%2 == 1 {
+					list = "list:" + strconv.Itoa(g)
+				}
+				s, ok := submitDo(p, "RPUSH", list, g*1000+i)
 				if !ok {
 					t.Error("queue full")
 					return
+				}
+				if i%3 == 0 { // and sometimes queue more before the reply
+					continue
 				}
 				if _, err := s.round.Result(0); err != nil {
 					t.Errorf("RPUSH: %v", err)
@@ -106,17 +118,28 @@ func TestPipelineKeepsOrder(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	vals, err := client.LRange(t.Context(), "list", 0, -1).Result()
-	require.NoError(t, err)
-	require.Len(t, vals, 16*200)
-	next := map[int]int{}
-	for _, v := range vals {
-		n, err := strconv.Atoi(v)
-		require.NoError(t, err)
-		g, i := n/1000, n%1000
-		require.Equal(t, next[g], i, "caller %d: push %d out of order", g, i)
-		next[g]++
+	require.Eventually(t, p.idle, time.Second, time.Millisecond, "every command answered")
+	lists := []string{"list"}
+	for g := range 16 {
+		lists = append(lists, "list:"+strconv.Itoa(g))
 	}
+	total := 0
+	for _, list := range lists {
+		vals, err := client.LRange(t.Context(), list, 0, -1).Result()
+		require.NoError(t, err)
+		total += len(vals)
+		last := map[int]int{} // each caller's pushes must keep their order
+		for _, v := range vals {
+			n, err := strconv.Atoi(v)
+			require.NoError(t, err)
+			g, i := n/1000, n%1000
+			if prev, ok := last[g]; ok {
+				require.Greater(t, i, prev, "%s: caller %d's push %d after %d", list, g, i, prev)
+			}
+			last[g] = i
+		}
+	}
+	require.Equal(t, 16*200, total)
 	require.Eventually(t, p.idle, time.Second, time.Millisecond, "the sender must end when idle")
 	sent := 0
 	for _, n := range hooks.pipelines() {
@@ -218,12 +241,72 @@ func TestPipelineResendsScriptsAfterNoscript(t *testing.T) {
 	calls := &tracker{}
 	calls.add(1)
 	c := scriptCommand(releaseScript, []string{"k"}, "v")
-	require.True(t, n.pipe.submit(job{cmd: redis.NewCmd(t.Context(), c.wire()...), timeout: time.Second, src: c.source(), round: round, read: readScript, calls: calls}))
+	require.True(t, n.pipe.submit(job{cmd: redis.NewCmd(t.Context(), c.wire()...), key: c.key, timeout: time.Second, src: c.source(), round: round, read: readScript, calls: calls}))
 	o, err := round.Result(0)
 	require.NoError(t, err)
 	assert.Equal(t, Granted, o)
 	assert.False(t, m.Exists("k"))
 	assert.Equal(t, []int{1, 1}, hooks.pipelines(), "EVALSHA, then EVAL alone")
+}
+
+// On a far node (batches slow to come back), a batch in flight holds back
+// later commands on its keys only: a command on another key goes out on
+// another connection once it has waited pipelineLinger, and one on the held
+// key waits for the batch. On a near node both wait for the batch in
+// flight, which is soon back, and go out together.
+func TestPipelineHoldsBackOnlyTheKeysInFlight(t *testing.T) {
+	for _, far := range []bool{true, false} {
+		t.Run(map[bool]string{true: "far node", false: "near node"}[far], func(t *testing.T) {
+			m := miniredis.RunT(t)
+			client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+			t.Cleanup(func() { client.Close() })
+			hooks := &pipelineCounter{hold: make(chan struct{})}
+			client.AddHook(hooks)
+			p := &pipeline{client: client}
+			if far {
+				p.rtt = farRTT
+			}
+
+			first, ok := submitDo(p, "RPUSH", "held", "1")
+			require.True(t, ok)
+			require.Eventually(t, func() bool { return len(hooks.pipelines()) == 1 }, time.Second, time.Millisecond)
+			same, ok := submitDo(p, "RPUSH", "held", "2")
+			require.True(t, ok)
+			other, ok := submitDo(p, "RPUSH", "other", "1")
+			require.True(t, ok)
+
+			if far {
+				select {
+				case <-other.round.Settled(0):
+				case <-time.After(5 * time.Second):
+					t.Fatal("a command on another key waited for the batch in flight")
+				}
+			}
+			var otherSettled <-chan struct{} // on a near node, other must wait too
+			if !far {
+				otherSettled = other.round.Settled(0)
+			}
+			select {
+			case <-same.round.Settled(0):
+				t.Fatal("a command on the held key overtook the batch in flight")
+			case <-otherSettled:
+				t.Fatal("a near node sent a second batch while one was in flight")
+			case <-time.After(50 * time.Millisecond):
+			}
+			close(hooks.hold)
+			for _, s := range []submitted{first, same, other} {
+				_, err := s.round.Result(0)
+				require.NoError(t, err)
+			}
+			vals, err := client.LRange(t.Context(), "held", 0, -1).Result()
+			require.NoError(t, err)
+			assert.Equal(t, []string{"1", "2"}, vals)
+			require.Eventually(t, p.idle, time.Second, time.Millisecond)
+			if !far {
+				assert.Equal(t, []int{1, 2}, hooks.pipelines(), "the waiting commands go out together")
+			}
+		})
+	}
 }
 
 // errors.Is works through a QuorumError for a refused pipelined call.
@@ -235,7 +318,7 @@ func TestPipelineRefusalIsReported(t *testing.T) {
 	require.NoError(t, err)
 	l.nodes[0].pipe.mu.Lock()
 	l.nodes[0].pipe.queue = make([]job, pipelineQueue) // full
-	l.nodes[0].pipe.running = true                     // and its sender busy
+	l.nodes[0].pipe.senders = maxSenders               // and its senders busy
 	l.nodes[0].pipe.mu.Unlock()
 	_, err = l.TryLock(t.Context(), "k", time.Minute)
 	var qe *QuorumError
