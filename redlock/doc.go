@@ -12,10 +12,20 @@
 // jitter until it wins or the context ends.
 //
 // A failed attempt is released on every node, including nodes that failed or
-// had not answered yet: each release waits for that node's own SET to return,
-// so it can never overtake it, and late grants are deleted as soon as they
-// arrive. Unlock does the same. Release and Extend compare the value in a Lua
-// script, so a lease never deletes or extends another holder's lock.
+// had not answered yet; a release can never overtake its own SET on a node,
+// so late grants are deleted as soon as they land. Unlock does the same.
+// Release and Extend compare the value in a Lua script, so a lease never
+// deletes or extends another holder's lock.
+//
+// # How commands travel
+//
+// New gives each *redis.Client node an auto-pipeline: commands queued for the
+// node while a batch is in flight go out together in the next pipeline, in
+// order per key, so that under concurrency one write carries many lock
+// operations (a lone caller's command goes out at once). Its queue is
+// bounded and fails fast when the node stops answering. Other Node types,
+// and Options.NoAutoPipeline, use a goroutine and a pooled connection per
+// call instead. Neither needs closing.
 //
 // # What a lease does and does not promise
 //

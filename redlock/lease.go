@@ -208,7 +208,8 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 }
 
 // Unlock deletes this lease's value on every node, each after that node's
-// acquiring SET has returned, so a late SET cannot land after its delete.
+// acquiring SET (queued behind it on the node's pipeline, or sent once it has
+// returned), so a late SET cannot land after its delete.
 // A later acquisition of the same key through this Locker waits on each node
 // for these deletes, so it cannot trip over them. It returns nil when a majority deleted the value; ErrNotHeld when nodes
 // answered that the value was already gone or replaced (the lock had expired
