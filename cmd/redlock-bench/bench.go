@@ -48,14 +48,21 @@ func (r *result) merge(o *result) {
 func (r *result) rate() float64 { return float64(r.Acquired) / r.Elapsed.Seconds() }
 
 // bench runs cfg.clients clients, each acquiring, holding and releasing a
-// key in a loop, until cfg.duration has passed, cfg.ops cycles are done, or
-// ctx ends. A cycle is an attempt: contended and failed attempts count in
+// key in a loop, until cfg.duration has passed (then each finishes its
+// cycle), cfg.ops cycles are done, or ctx ends. A cycle is an attempt: contended and failed attempts count in
 // their own columns, not in the latency of completed cycles.
 func bench(ctx context.Context, im *impl, cfg config, progress io.Writer) *result {
+	// When the duration is up, clients start no new cycle but finish the one
+	// under way: cancelling it would leave keys behind (for the next run to
+	// find as contention) in implementations that do not clean up after a
+	// cancelled acquisition. A cycle still running a TTL later is cut short.
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var stop atomic.Bool
 	if cfg.ops == 0 {
-		runCtx, cancel = context.WithTimeout(runCtx, cfg.duration)
+		timer := time.AfterFunc(cfg.duration, func() { stop.Store(true) })
+		defer timer.Stop()
+		runCtx, cancel = context.WithTimeout(runCtx, cfg.duration+max(time.Second, cfg.ttl))
 		defer cancel()
 	}
 	res := &result{Impl: im.name, About: im.about, acquire: newHist(), release: newHist(), cycle: newHist()}
@@ -71,11 +78,11 @@ func bench(ctx context.Context, im *impl, cfg config, progress io.Writer) *resul
 			acq, rel, cyc := newHist(), newHist(), newHist()
 			var got, busy, errs int64
 			var firstErr error
-			for i := c; runCtx.Err() == nil; i += cfg.clients {
+			for i := c; !stop.Load() && runCtx.Err() == nil; i += cfg.clients {
 				if cfg.ops > 0 && started.Add(1) > int64(cfg.ops) {
 					break
 				}
-				key := "redlock-bench:" + strconv.Itoa(i%cfg.keys)
+				key := "redlock-bench:" + im.name + ":" + strconv.Itoa(i%cfg.keys) // each implementation its own keys
 				a, r, o, err := im.cycle(runCtx, key)
 				if runCtx.Err() != nil && o != acquired {
 					break // the run ended under this attempt
