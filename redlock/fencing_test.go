@@ -150,39 +150,57 @@ type chaosHook struct {
 	state *chaos // the schedule's key, seeded randomness and scale
 }
 
-func (h *chaosHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h *chaosHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *chaosHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+// ProcessHook covers batches of one command, which go-redis sends on its
+// plain path.
+func (h *chaosHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if _, ours := cmd.(*redis.Cmd); !ours { // a connection's set-up
+			return next(ctx, cmd)
+		}
+		return h.batch(ctx, []redis.Cmder{cmd}, func(ctx context.Context, cmds []redis.Cmder) error {
+			return next(ctx, cmds[0])
+		})
+	}
+}
+
 func (h *chaosHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		switch cmds[0].Name() {
 		case "hello", "client": // a new connection's set-up
 			return next(ctx, cmds)
 		}
-		c := *h.state
-		c.srv = h.srv
-		send := make([]redis.Cmder, 0, len(cmds))
-		for _, cmd := range cmds {
-			if isPhase2(cmd) && c.chance(0.15) {
-				cmd.SetErr(errLostMessage)
-				continue
-			}
-			send = append(send, cmd)
-		}
-		c.delay()
-		var err error
-		if len(send) > 0 {
-			err = next(ctx, send)
-		}
-		for _, cmd := range send {
-			if isPhase2(cmd) && c.chance(0.1) {
-				cmd.SetErr(errLostMessage) // applied, but the reply is lost
-			}
-		}
-		if c.chance(0.05) {
-			c.srv.Del(c.key) // the key expires early on this node alone
-		}
-		return err
+		return h.batch(ctx, cmds, next)
 	}
+}
+
+// batch sends cmds through next with the schedule's faults.
+func (h *chaosHook) batch(ctx context.Context, cmds []redis.Cmder, next func(context.Context, []redis.Cmder) error) error {
+	c := *h.state
+	c.srv = h.srv
+	send := make([]redis.Cmder, 0, len(cmds))
+	for _, cmd := range cmds {
+		if isPhase2(cmd) && c.chance(0.15) {
+			cmd.SetErr(errLostMessage)
+			continue
+		}
+		send = append(send, cmd)
+	}
+	c.delay()
+	var err error
+	if len(send) > 0 {
+		err = next(ctx, send)
+	}
+	for _, cmd := range send {
+		if isPhase2(cmd) && c.chance(0.1) {
+			cmd.SetErr(errLostMessage) // applied, but the reply is lost
+		}
+	}
+	if c.chance(0.05) {
+		c.srv.Del(c.key) // the key expires early on this node alone
+	}
+	return err
 }
 
 // isPhase2 tells the fencing phase-2 script (EVALSHA or EVAL, two keys, the

@@ -215,11 +215,15 @@ func (p *pipeline) exec(batch []job) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	pipe := p.client.Pipeline()
-	for i := range batch {
-		_ = pipe.Process(ctx, batch[i].cmd)
+	if len(batch) == 1 { // a lone command: go-redis's plain path costs less
+		_ = p.client.Process(ctx, batch[0].cmd)
+	} else {
+		pipe := p.client.Pipeline()
+		for i := range batch {
+			_ = pipe.Process(ctx, batch[i].cmd)
+		}
+		_, _ = pipe.Exec(ctx)
 	}
-	_, _ = pipe.Exec(ctx)
 
 	// A node that lost its script cache (a restart, SCRIPT FLUSH) answers
 	// EVALSHA with NOSCRIPT: send those scripts in full, before anything

@@ -18,33 +18,44 @@ import (
 	"github.com/redlock/redlock/quorum"
 )
 
-// pipelineCounter is a go-redis hook that counts the pipelines a client
-// sends and their sizes (not those setting up a connection), and can hold
-// the first one until released.
+// pipelineCounter is a go-redis hook that counts the batches a client sends
+// (a pipeline, or a lone command) and their sizes, leaving out those that
+// set up a connection, and can hold the first one until released.
 type pipelineCounter struct {
 	mu    sync.Mutex
 	sizes []int
-	hold  chan struct{} // if set, the first pipeline waits for it to close
+	hold  chan struct{} // if set, the first batch waits for it to close
 }
 
 func (h *pipelineCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
 func (h *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return next
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if _, ours := cmd.(*redis.Cmd); ours { // not the test's own LRange, Ping...
+			h.record(cmd.Name(), 1)
+		}
+		return next(ctx, cmd)
+	}
 }
+
 func (h *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		switch cmds[0].Name() {
-		case "hello", "client", "auth", "select": // a new connection's set-up
-			return next(ctx, cmds)
-		}
-		h.mu.Lock()
-		h.sizes = append(h.sizes, len(cmds))
-		first := len(h.sizes) == 1
-		h.mu.Unlock()
-		if first && h.hold != nil {
-			<-h.hold
-		}
+		h.record(cmds[0].Name(), len(cmds))
 		return next(ctx, cmds)
+	}
+}
+
+func (h *pipelineCounter) record(first string, n int) {
+	switch first {
+	case "hello", "client", "auth", "select": // a new connection's set-up
+		return
+	}
+	h.mu.Lock()
+	h.sizes = append(h.sizes, n)
+	held := len(h.sizes) == 1 && h.hold != nil
+	h.mu.Unlock()
+	if held {
+		<-h.hold
 	}
 }
 
