@@ -95,15 +95,22 @@ func (p *pipeline) idle() bool {
 	return p.senders == 0 && len(p.queue) == 0 && len(p.busy) == 0
 }
 
-// Commands from concurrent callers on each key run in the order each caller
-// queued them, all complete, and the senders end when the queue is empty.
-func TestPipelineKeepsOrder(t *testing.T) {
+// counted returns a pipeline over a client of a fresh miniredis, with hooks
+// counting its batches.
+func counted(t *testing.T, hooks *pipelineCounter) (*miniredis.Miniredis, *redis.Client, *pipeline) {
+	t.Helper()
 	m := miniredis.RunT(t)
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { client.Close() })
-	hooks := &pipelineCounter{}
 	client.AddHook(hooks)
-	p := &pipeline{client: client}
+	return m, client, &pipeline{client: client}
+}
+
+// Commands from concurrent callers on each key run in the order each caller
+// queued them, all complete, and the senders end when the queue is empty.
+func TestPipelineKeepsOrder(t *testing.T) {
+	hooks := &pipelineCounter{}
+	_, client, p := counted(t, hooks)
 
 	var wg sync.WaitGroup
 	for g := range 16 {
@@ -163,12 +170,8 @@ func TestPipelineKeepsOrder(t *testing.T) {
 // Commands queued while a batch is in flight go out together in the next
 // one, up to batchMax, in order.
 func TestPipelineBatchesWhatWaits(t *testing.T) {
-	m := miniredis.RunT(t)
-	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { client.Close() })
 	hooks := &pipelineCounter{hold: make(chan struct{})}
-	client.AddHook(hooks)
-	p := &pipeline{client: client}
+	_, client, p := counted(t, hooks)
 
 	first, ok := submitDo(p, "RPUSH", "list", -1)
 	require.True(t, ok)
@@ -239,12 +242,9 @@ func TestPipelineBoundsAHungNode(t *testing.T) {
 // A node that lost its scripts answers EVALSHA with NOSCRIPT; the sender
 // resends those scripts with EVAL before anything queued after them.
 func TestPipelineResendsScriptsAfterNoscript(t *testing.T) {
-	m := miniredis.RunT(t)
-	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { client.Close() })
 	hooks := &pipelineCounter{}
-	client.AddHook(hooks)
-	n := node{Node: client, pipe: &pipeline{client: client}}
+	m, client, p := counted(t, hooks)
+	n := node{Node: client, pipe: p}
 	require.NoError(t, m.Set("k", "v"))
 	require.NoError(t, client.ScriptFlush(t.Context()).Err())
 
@@ -268,12 +268,8 @@ func TestPipelineResendsScriptsAfterNoscript(t *testing.T) {
 func TestPipelineHoldsBackOnlyTheKeysInFlight(t *testing.T) {
 	for _, far := range []bool{true, false} {
 		t.Run(map[bool]string{true: "far node", false: "near node"}[far], func(t *testing.T) {
-			m := miniredis.RunT(t)
-			client := redis.NewClient(&redis.Options{Addr: m.Addr()})
-			t.Cleanup(func() { client.Close() })
 			hooks := &pipelineCounter{hold: make(chan struct{})}
-			client.AddHook(hooks)
-			p := &pipeline{client: client}
+			_, client, p := counted(t, hooks)
 			if far {
 				p.rtt = farRTT
 			}
