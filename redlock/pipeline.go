@@ -156,7 +156,7 @@ func (p *pipeline) send(id int64) {
 		concurrent = len(batch) > 1
 		start := time.Now()
 		p.exec(batch)
-		p.release(id, batch, time.Since(start))
+		p.unhold(id, batch, time.Since(start))
 		clear(batch) // drop the finished commands and rounds
 	}
 }
@@ -191,8 +191,8 @@ func (p *pipeline) take(id int64, batch []job) []job {
 	return batch
 }
 
-// release lets go of the keys sender id held for batch, which took rtt.
-func (p *pipeline) release(id int64, batch []job, rtt time.Duration) {
+// unhold lets go of the keys sender id held for batch, which took rtt.
+func (p *pipeline) unhold(id int64, batch []job, rtt time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.rtt += (rtt - p.rtt) / 8
