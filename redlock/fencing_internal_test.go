@@ -34,7 +34,7 @@ func TestMaxAloneIsNotMonotonicPhaseTwoIs(t *testing.T) {
 	setUp := func(t *testing.T) ([]*miniredis.Miniredis, []node) {
 		servers, nodes := miniNodes(t, 3)
 		require.NoError(t, servers[0].Set(counter, "5"))
-		ns, err := newNodes(nodes, false)
+		ns, err := newNodes(nodes, &Options{NoAutoPipeline: true})
 		require.NoError(t, err)
 		return servers, ns
 	}

@@ -38,7 +38,7 @@ func New(nodes []Node, opts *Options) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	ns, err := newNodes(nodes, !o.NoAutoPipeline)
+	ns, err := newNodes(nodes, &o)
 	if err != nil {
 		return nil, err
 	}

@@ -80,8 +80,8 @@ func (n node) admit() bool {
 }
 
 // newNodes checks the nodes passed to New: at least one, none nil, none twice.
-// With autoPipeline, each *redis.Client gets a pipeline.
-func newNodes(nodes []Node, autoPipeline bool) ([]node, error) {
+// Unless o.NoAutoPipeline, each *redis.Client gets a pipeline.
+func newNodes(nodes []Node, o *Options) ([]node, error) {
 	if len(nodes) == 0 {
 		return nil, errors.New("redlock: no nodes")
 	}
@@ -100,8 +100,8 @@ func newNodes(nodes []Node, autoPipeline bool) ([]node, error) {
 		}
 		seen[identity] = i
 		out[i] = node{Node: n, index: i, name: name, sending: new(atomic.Int32)}
-		if c, ok := n.(*redis.Client); ok && autoPipeline {
-			out[i].pipe = &pipeline{client: c}
+		if c, ok := n.(*redis.Client); ok && !o.NoAutoPipeline {
+			out[i].pipe = &pipeline{client: c, stallAfter: stallAfter(o.NodeTimeout)}
 		}
 	}
 	return out, nil

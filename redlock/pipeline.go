@@ -37,21 +37,34 @@ import (
 //   - No goroutine per call, and none at all while idle: senders start when
 //     commands are queued and end when none is left for them. Replies are
 //     delivered straight into the round's vote.
-//   - A bounded queue. A node that stops answering holds its batches until
-//     the client's read timeout; commands queued meanwhile wait, up to
-//     pipelineQueue of them, and further ones fail at once (errNodeBusy).
-//     The vote never waits for them: NodeTimeout decides.
+//   - A bounded queue, and failing fast. A node that stops answering holds
+//     its batches until the client's read timeout. Commands queue behind
+//     them, up to pipelineQueue; once a batch has been in flight for
+//     stallAfter (the node stopped answering), the queued commands fail, and
+//     so do new ones (errNodeBusy), until a batch comes back. So a node that
+//     wakes up runs at most the batches already sent, not a backlog of stale
+//     acquisitions. The vote never waits for any of this: NodeTimeout
+//     decides.
 type pipeline struct {
-	client *redis.Client
+	client     *redis.Client
+	stallAfter time.Duration // a batch in flight this long means the node stopped answering; 0: never
 
 	mu      sync.Mutex
 	queue   []job
-	busy    map[string]int64 // keys in a batch in flight, and the sender that holds them
-	senders int              // sender goroutines running
-	lastID  int64            // the last sender's id
-	kick    *time.Timer      // starts another sender for commands left waiting
-	kicking bool             // kick is set to fire
-	rtt     time.Duration    // recent batches' round trip (moving average)
+	busy    map[string]int64    // keys in a batch in flight, and the sender that holds them
+	senders int                 // sender goroutines running
+	lastID  int64               // the last sender's id
+	kick    *time.Timer         // starts another sender for commands left waiting
+	kicking bool                // kick is set to fire
+	rtt     time.Duration       // recent batches' round trip (moving average)
+	sending map[int64]time.Time // when each sender's batch in flight was sent
+}
+
+// stallAfter is how long a batch may be in flight before the node counts as
+// no longer answering: ten NodeTimeouts, and at least half a second, so that
+// a slow reply is not taken for a dead node.
+func stallAfter(nodeTimeout time.Duration) time.Duration {
+	return max(10*nodeTimeout, 500*time.Millisecond)
 }
 
 // pipelineQueue bounds the commands waiting for one node's senders; batchMax
@@ -91,11 +104,11 @@ func (j *job) deliver() {
 
 // submit queues j, starting a sender if none is running, or setting the kick
 // if the senders are busy. It reports false, queuing nothing, when the queue
-// is full.
+// is full or the node stopped answering.
 func (p *pipeline) submit(j job) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.queue) >= pipelineQueue {
+	if len(p.queue) >= pipelineQueue || p.stalled() {
 		return false
 	}
 	p.queue = append(p.queue, j)
@@ -126,7 +139,7 @@ func (p *pipeline) kicked() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.kicking = false
-	if p.senders >= maxSenders {
+	if p.senders >= maxSenders || p.stalled() {
 		return
 	}
 	for i := range p.queue {
@@ -135,6 +148,30 @@ func (p *pipeline) kicked() {
 			return
 		}
 	}
+}
+
+// stalled reports whether a batch has been in flight for stallAfter. If so,
+// it fails the queued commands: they were never sent, and sending them once
+// the node wakes up would only replay stale work. p.mu is held.
+func (p *pipeline) stalled() bool {
+	if p.stallAfter <= 0 || len(p.sending) == 0 {
+		return false
+	}
+	now := time.Now()
+	for _, sent := range p.sending {
+		if now.Sub(sent) < p.stallAfter {
+			continue
+		}
+		for i := range p.queue {
+			j := &p.queue[i]
+			j.cmd.SetErr(errNodeBusy)
+			j.deliver() // never blocks
+		}
+		clear(p.queue)
+		p.queue = p.queue[:0]
+		return true
+	}
+	return false
 }
 
 // send sends batches until no queued command is left for it.
@@ -188,6 +225,10 @@ func (p *pipeline) take(id int64, batch []job) []job {
 		p.senders--
 		return nil
 	}
+	if p.sending == nil {
+		p.sending = make(map[int64]time.Time)
+	}
+	p.sending[id] = time.Now()
 	return batch
 }
 
@@ -196,6 +237,7 @@ func (p *pipeline) unhold(id int64, batch []job, rtt time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.rtt += (rtt - p.rtt) / 8
+	delete(p.sending, id)
 	for i := range batch {
 		if p.busy[batch[i].key] == id {
 			delete(p.busy, batch[i].key)

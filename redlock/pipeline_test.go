@@ -239,6 +239,63 @@ func TestPipelineBoundsAHungNode(t *testing.T) {
 	require.Eventually(t, p.idle, 5*time.Second, time.Millisecond, "the sender must end when idle")
 }
 
+// Once a batch has been in flight for stallAfter, the node counts as no
+// longer answering: the commands queued behind the batch fail at once, and
+// so do new ones, instead of waiting to be replayed when the node wakes up.
+// A batch that comes back ends that.
+func TestPipelineFailsFastWhenTheNodeStopsAnswering(t *testing.T) {
+	m := miniredis.RunT(t)
+	proxy, err := faultnet.Listen(m.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { proxy.Close() })
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: time.Second, MaxRetries: -1})
+	t.Cleanup(func() { client.Close() })
+	hooks := &pipelineCounter{}
+	client.AddHook(hooks)
+	p := &pipeline{client: client, stallAfter: 100 * time.Millisecond}
+	require.NoError(t, client.Ping(t.Context()).Err()) // connected before the fault
+	proxy.SetBlackhole(true)
+
+	stuck, ok := submitDo(p, "RPUSH", "k", "stuck")
+	require.True(t, ok)
+	require.Eventually(t, func() bool { return len(hooks.pipelines()) == 1 }, time.Second, time.Millisecond)
+	var queued []submitted
+	for i := range 10 {
+		s, ok := submitDo(p, "RPUSH", "k", i)
+		require.True(t, ok, "before stallAfter, commands queue")
+		queued = append(queued, s)
+	}
+	time.Sleep(150 * time.Millisecond)
+	_, ok = submitDo(p, "RPUSH", "k", "late")
+	assert.False(t, ok, "past stallAfter, new commands are refused")
+	for _, s := range queued {
+		select {
+		case <-s.round.Settled(0):
+			_, err := s.round.Result(0)
+			assert.ErrorIs(t, err, errNodeBusy)
+		default:
+			t.Fatal("a queued command still waits behind the stuck batch")
+		}
+	}
+
+	proxy.SetBlackhole(false)
+	proxy.DropConnections()
+	_, err = stuck.round.Result(0)
+	assert.Error(t, err, "the stuck batch ends with the read timeout")
+	require.Eventually(t, func() bool {
+		s, ok := submitDo(p, "RPUSH", "k", "after")
+		if ok {
+			_, err := s.round.Result(0)
+			return err == nil
+		}
+		return false
+	}, 5*time.Second, 10*time.Millisecond, "once the batch is back, commands go through again")
+	vals, err := client.LRange(t.Context(), "k", 0, -1).Result()
+	require.NoError(t, err)
+	assert.NotContains(t, vals, "0", "a command failed at the stall must never run")
+	require.Eventually(t, p.idle, time.Second, time.Millisecond)
+}
+
 // A node that lost its scripts answers EVALSHA with NOSCRIPT; the sender
 // resends those scripts with EVAL before anything queued after them.
 func TestPipelineResendsScriptsAfterNoscript(t *testing.T) {
