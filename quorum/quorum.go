@@ -118,6 +118,11 @@ func (r *Round[T]) Settled(i int) <-chan struct{} {
 // Result waits for node i's call to return and returns its result.
 func (r *Round[T]) Result(i int) (T, error) {
 	<-r.Settled(i)
+	return r.returned(i)
+}
+
+// returned is the result of call i, which has returned.
+func (r *Round[T]) returned(i int) (T, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.calls[i].value, r.calls[i].err
@@ -169,7 +174,7 @@ func (r *Round[T]) Decide(ctx context.Context, wait time.Duration, accept func(T
 	for t.Accepted < t.Need && t.Refused <= n-t.Need {
 		select {
 		case i := <-r.arrivals:
-			value, err := r.Result(i) // returned: it has arrived
+			value, err := r.returned(i)
 			v := Vote[T]{Value: value, Err: err, Replied: true}
 			v.Accepted = accept(v.Value, v.Err)
 			t.Votes[i] = v

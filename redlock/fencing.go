@@ -94,11 +94,6 @@ func parseFenced(cmd *redis.Cmd) (Outcome, uint64, error) {
 	return Granted, c, nil
 }
 
-// acquireFenced runs phase 1 on one node, without a round.
-func (n node) acquireFenced(ctx context.Context, key, counter, value string, ms int64) (Outcome, uint64, error) {
-	return parseFenced(n.send(ctx, acquireFencedCommand(key, counter, value, ms)))
-}
-
 // fence runs phase 2: with the phase-1 round won and counters the phase-1
 // replies, it raises the counter to t on every node that granted, and
 // returns the token, or the round's error.

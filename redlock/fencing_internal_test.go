@@ -48,7 +48,7 @@ func TestMaxAloneIsNotMonotonicPhaseTwoIs(t *testing.T) {
 		phase1 := func(value string, on ...int) uint64 {
 			var tMax uint64
 			for _, i := range on {
-				o, c, err := ns[i].acquireFenced(ctx, key, counter, value, 60000)
+				o, c, err := parseFenced(ns[i].send(ctx, acquireFencedCommand(key, counter, value, 60000)))
 				require.NoError(t, err)
 				require.Equal(t, Granted, o)
 				tMax = max(tMax, c)

@@ -261,7 +261,7 @@ func (l *Locker) fanOut(ctx context.Context, f fan, c command, read reader) *quo
 		}
 		if f.skip != nil {
 			if err := f.skip(i); err != nil {
-				l.settle(round, i, Failed, err)
+				settle(round, &l.inflight, i, Failed, err)
 				continue
 			}
 		}
@@ -270,7 +270,7 @@ func (l *Locker) fanOut(ctx context.Context, f fan, c command, read reader) *quo
 		}
 		j := job{cmd: redis.NewCmd(ctx, wire...), key: c.key, timeout: f.timeout, src: c.source(), round: round, node: i, read: read, calls: &l.inflight}
 		if !n.pipe.submit(j) {
-			l.settle(round, i, Failed, errNodeBusy)
+			settle(round, &l.inflight, i, Failed, errNodeBusy)
 		}
 	}
 	return round
@@ -301,13 +301,14 @@ func (l *Locker) call(ctx context.Context, f fan, round *quorum.Round[Outcome], 
 	if finish != nil {
 		finish()
 	}
-	l.settle(round, n.index, o, err)
+	settle(round, &l.inflight, n.index, o, err)
 }
 
-// settle delivers node i's vote in round and counts its call as over.
-func (l *Locker) settle(round *quorum.Round[Outcome], i int, o Outcome, err error) {
+// settle delivers node i's vote in round and counts its call as over in
+// calls; both transports end every call here.
+func settle(round *quorum.Round[Outcome], calls *tracker, i int, o Outcome, err error) {
 	round.Deliver(i, o, err)
-	l.inflight.done()
+	calls.done()
 }
 
 // release sends the compare-and-delete of key's value to every node, each

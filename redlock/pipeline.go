@@ -98,8 +98,7 @@ type job struct {
 
 func (j *job) deliver() {
 	o, err := j.read(j.node, j.cmd)
-	j.round.Deliver(j.node, o, err)
-	j.calls.done()
+	settle(j.round, j.calls, j.node, o, err)
 }
 
 // submit queues j, starting a sender if none is running, or setting the kick
@@ -191,9 +190,8 @@ func (p *pipeline) send(id int64) {
 			batch = p.take(id, batch)
 		}
 		concurrent = len(batch) > 1
-		start := time.Now()
 		p.exec(batch)
-		p.unhold(id, batch, time.Since(start))
+		p.unhold(id, batch)
 		clear(batch) // drop the finished commands and rounds
 	}
 }
@@ -232,11 +230,12 @@ func (p *pipeline) take(id int64, batch []job) []job {
 	return batch
 }
 
-// unhold lets go of the keys sender id held for batch, which took rtt.
-func (p *pipeline) unhold(id int64, batch []job, rtt time.Duration) {
+// unhold lets go of the keys sender id held for batch, and counts the
+// batch's round trip (from when take stamped it) into p.rtt.
+func (p *pipeline) unhold(id int64, batch []job) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.rtt += (rtt - p.rtt) / 8
+	p.rtt += (time.Since(p.sending[id]) - p.rtt) / 8
 	delete(p.sending, id)
 	for i := range batch {
 		if p.busy[batch[i].key] == id {

@@ -106,6 +106,23 @@ func counted(t *testing.T, hooks *pipelineCounter) (*miniredis.Miniredis, *redis
 	return m, client, &pipeline{client: client}
 }
 
+// blackholed returns a pipeline, with hooks counting its batches, over a
+// client (no retries, readTimeout) connected through proxy to a fresh
+// miniredis, and then black-holes the proxy: the node stops answering.
+func blackholed(t *testing.T, hooks *pipelineCounter, readTimeout time.Duration) (*faultnet.Proxy, *redis.Client, *pipeline) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	proxy, err := faultnet.Listen(m.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { proxy.Close() })
+	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: readTimeout, MaxRetries: -1})
+	t.Cleanup(func() { client.Close() })
+	client.AddHook(hooks)
+	require.NoError(t, client.Ping(t.Context()).Err()) // connected before the fault
+	proxy.SetBlackhole(true)
+	return proxy, client, &pipeline{client: client}
+}
+
 // Commands from concurrent callers on each key run in the order each caller
 // queued them, all complete, and the senders end when the queue is empty.
 func TestPipelineKeepsOrder(t *testing.T) {
@@ -200,17 +217,8 @@ func TestPipelineBatchesWhatWaits(t *testing.T) {
 // read timeout ends the stuck batch, every queued command is answered and
 // the sender ends.
 func TestPipelineBoundsAHungNode(t *testing.T) {
-	m := miniredis.RunT(t)
-	proxy, err := faultnet.Listen(m.Addr())
-	require.NoError(t, err)
-	t.Cleanup(func() { proxy.Close() })
-	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: 300 * time.Millisecond, MaxRetries: -1})
-	t.Cleanup(func() { client.Close() })
 	hooks := &pipelineCounter{}
-	client.AddHook(hooks)
-	p := &pipeline{client: client}
-	require.NoError(t, client.Ping(t.Context()).Err()) // connected before the fault
-	proxy.SetBlackhole(true)
+	proxy, _, p := blackholed(t, hooks, 300*time.Millisecond)
 
 	stuck, ok := submitDo(p, "PING")
 	require.True(t, ok)
@@ -228,7 +236,7 @@ func TestPipelineBoundsAHungNode(t *testing.T) {
 	assert.Len(t, queued, pipelineQueue, "the queue holds pipelineQueue commands")
 	assert.Equal(t, 100, refused, "past the bound, submissions are refused at once")
 
-	_, err = stuck.round.Result(0)
+	_, err := stuck.round.Result(0)
 	assert.Error(t, err, "the stuck batch ends with the read timeout")
 	proxy.SetBlackhole(false)
 	proxy.DropConnections()
@@ -244,17 +252,9 @@ func TestPipelineBoundsAHungNode(t *testing.T) {
 // so do new ones, instead of waiting to be replayed when the node wakes up.
 // A batch that comes back ends that.
 func TestPipelineFailsFastWhenTheNodeStopsAnswering(t *testing.T) {
-	m := miniredis.RunT(t)
-	proxy, err := faultnet.Listen(m.Addr())
-	require.NoError(t, err)
-	t.Cleanup(func() { proxy.Close() })
-	client := redis.NewClient(&redis.Options{Addr: proxy.Addr(), ReadTimeout: time.Second, MaxRetries: -1})
-	t.Cleanup(func() { client.Close() })
 	hooks := &pipelineCounter{}
-	client.AddHook(hooks)
-	p := &pipeline{client: client, stallAfter: 100 * time.Millisecond}
-	require.NoError(t, client.Ping(t.Context()).Err()) // connected before the fault
-	proxy.SetBlackhole(true)
+	proxy, client, p := blackholed(t, hooks, time.Second)
+	p.stallAfter = 100 * time.Millisecond
 
 	stuck, ok := submitDo(p, "RPUSH", "k", "stuck")
 	require.True(t, ok)
@@ -280,7 +280,7 @@ func TestPipelineFailsFastWhenTheNodeStopsAnswering(t *testing.T) {
 
 	proxy.SetBlackhole(false)
 	proxy.DropConnections()
-	_, err = stuck.round.Result(0)
+	_, err := stuck.round.Result(0)
 	assert.Error(t, err, "the stuck batch ends with the read timeout")
 	require.Eventually(t, func() bool {
 		s, ok := submitDo(p, "RPUSH", "k", "after")
