@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"encoding/xml"
 	"net"
@@ -11,9 +12,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -201,5 +204,101 @@ func TestSpawnCleansUp(t *testing.T) {
 			conn.Close()
 			t.Errorf("%s still accepts connections after cleanup", a)
 		}
+	}
+}
+
+// -nodes takes host:port and redis:// URLs (here with a password and a
+// database); a rediss:// node behind a proxy keeps verifying the real host.
+func TestRemoteNodes(t *testing.T) {
+	// Two nodes: a majority needs both, and raw runs on the first, so every
+	// cycle needs the password to have been used.
+	secured, plain := miniredis.RunT(t), miniredis.RunT(t)
+	secured.RequireAuth("secret")
+	nodes := "redis://:secret@" + secured.Addr() + "/2," + plain.Addr()
+	out, err := runCLI(t, "-nodes", nodes, "-ops", "20", "-keys", "2", "-impl", "redlock,raw")
+	if err != nil || !strings.Contains(out, "2 Redis nodes given by -nodes") {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	for _, m := range regexp.MustCompile(`(\d+) acquired, \d+ contended, (\d+) errors`).FindAllStringSubmatch(out, -1) {
+		if m[1] == "0" || m[2] != "0" {
+			t.Errorf("%s acquired, %s errors on the given nodes:\n%s", m[1], m[2], out)
+		}
+	}
+
+	d, err := newDeployment(t.Context(), config{nodes: []string{"rediss://:pw@127.0.0.1:6390/0"}, latency: []time.Duration{0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	o := d.options[0]
+	if o.Addr == "127.0.0.1:6390" || o.TLSConfig == nil || o.TLSConfig.ServerName != "127.0.0.1" || o.Password != "pw" {
+		t.Errorf("through the proxy: addr %s, TLS %+v, password %q; want the proxy's address, ServerName 127.0.0.1, pw", o.Addr, o.TLSConfig, o.Password)
+	}
+}
+
+// -spawn without redis-server on PATH says so, and starts nothing.
+func TestSpawnWithoutRedisServer(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	_, err := runCLI(t, "-spawn", "2")
+	if err == nil || !strings.Contains(err.Error(), "redis-server not found on PATH") {
+		t.Errorf("error %v; want one naming the missing redis-server", err)
+	}
+}
+
+// Ctrl-C (the context ending) mid-run stops the spawned servers too.
+func TestSpawnStopsOnInterrupt(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server not on PATH; scripts/test.sh installs it")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
+	defer cancel()
+	var out bytes.Buffer
+	err := run(ctx, []string{"-spawn", "2", "-duration", "1h"}, &out, &out)
+	if err == nil {
+		t.Fatalf("run did not report the interruption\n%s", out.String())
+	}
+	if n := childServers(t); n != 0 {
+		t.Errorf("%d redis-server children left running after the interruption", n)
+	}
+}
+
+// childServers counts this process's redis-server children.
+func childServers(t *testing.T) int {
+	t.Helper()
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range stats {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			continue // it ended meanwhile
+		}
+		// pid (comm) state ppid ...
+		s := string(data)
+		comm := s[strings.IndexByte(s, '(')+1 : strings.LastIndexByte(s, ')')]
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if comm == "redis-server" && len(fields) > 1 && fields[1] == strconv.Itoa(os.Getpid()) {
+			n++
+		}
+	}
+	return n
+}
+
+// The progress line goes to a terminal only, and says elapsed, cycles and rate.
+func TestProgressLine(t *testing.T) {
+	var w bytes.Buffer
+	var done atomic.Int64
+	done.Store(1234)
+	stop := showProgress(&w, "redlock", time.Now(), &done)
+	time.Sleep(700 * time.Millisecond)
+	stop()
+	if !regexp.MustCompile(`redlock: [0-9.]+m?s elapsed, 1234 cycles, [0-9]+/s`).MatchString(w.String()) {
+		t.Errorf("progress line: %q", w.String())
+	}
+	out, err := runCLI(t, "-ops", "20") // stderr is a buffer here, not a terminal
+	if err != nil || strings.Contains(out, "\r") {
+		t.Errorf("a progress line went to a non-terminal: %v\n%q", err, out)
 	}
 }
