@@ -115,6 +115,10 @@ func TestRounds(t *testing.T) {
 	if err != nil || !strings.Contains(text, "in 2 interleaved rounds") || strings.Count(text, "cycles/s;") != 2 {
 		t.Errorf("run: %v\n%s", err, text)
 	}
+	// The side-by-side table: a ratio column against redlock for each.
+	if !regexp.MustCompile(`(?m)^redlock +\d+ +1\.00x .*\n^raw +\d+ +[0-9.]+x +\S+ +[0-9.]+x +\S+ +[0-9.]+x +0$`).MatchString(text) {
+		t.Errorf("no side-by-side table with ratios:\n%s", text)
+	}
 }
 
 func TestJSONAndPlot(t *testing.T) {
