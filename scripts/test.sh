@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every check and test of the repository: gofmt, go vet, the unit and
+# Runs every check and test of the repository: gofmt, go mod tidy, go vet, the unit and
 # in-process tests under the race detector, and the integration tests on real
 # Redis servers in Docker (scripts/integration-setup.sh installs and starts
 # what they need). REDLOCK_SKIP_INTEGRATION=1 skips the latter, loudly; CI
@@ -13,6 +13,9 @@ unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go')
 if [ -n "$unformatted" ]; then
 	echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
+echo "== go mod tidy: nothing to change in either module"
+go mod tidy -diff
+(cd test/integration && go mod tidy -diff)
 echo "== go vet"
 go vet ./...
 (cd test/integration && go vet ./...)
