@@ -10,8 +10,8 @@ import (
 )
 
 // ErrLost means a lease was lost while the work it protected was running:
-// an extension failed, or its validity ran out. Work done under it may have
-// overlapped another holder's.
+// nodes answered that it was gone, or its validity ran out. Work done under
+// it may have overlapped another holder's.
 var ErrLost = errors.New("redlock: lease lost")
 
 // Do acquires key (as Lock), runs fn while holding it, and releases it when
@@ -20,8 +20,17 @@ var ErrLost = errors.New("redlock: lease lost")
 // fn's context is cancelled, with cause ErrLost, when the lease is lost or
 // about to expire (see Lease.Done), or when ctx ends. Meanwhile Do extends the
 // lease by ttl about every third of ttl (with jitter) while validity is left,
-// for at most Options.MaxHold in all if that is set. If the lease was lost
-// while fn ran, Do returns an error that matches ErrLost, joined with fn's.
+// for at most Options.MaxHold in all if that is set. An extension that fails
+// without any node refuting the lease (nodes down or slow) costs nothing but
+// time: the lease keeps its validity and Do tries again after
+// [RetryDelay, RetryDelay+RetryJitter), at most a sixth of ttl, until an
+// extension succeeds, nodes refute it, or the validity is about to run out.
+//
+// If fn unlocks the lease itself, Do leaves it at that. Otherwise Do returns
+// an error matching ErrLost, joined with fn's, when the lease was
+// lost while fn ran: Done closed, its validity had run out by the time fn
+// returned (on Options.Clock), or the release found that a majority of nodes
+// no longer held it.
 func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, lease *Lease) error) (err error) {
 	if fn == nil {
 		return fmt.Errorf("redlock: do %q: nil function", key)
@@ -43,9 +52,12 @@ func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 	})
 	defer func() {
 		panicked := recover()
+		// Judged as fn returns: an extension that lands after it cannot
+		// close a gap that was already there.
+		unlockedByFn, ranOut := lease.endedAt(l.opts.Clock.Now())
 		close(stop)
 		wg.Wait()
-		lost := lease.isLost()
+		lost := !unlockedByFn && (ranOut || lease.isLost())
 		cancel(nil)
 		unlockErr := lease.Unlock(context.WithoutCancel(ctx))
 		if panicked != nil {
@@ -54,20 +66,23 @@ func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 		switch {
 		case lost:
 			err = errors.Join(fmt.Errorf("redlock: do %q: %w while the function ran", key, ErrLost), err)
-		case unlockErr != nil && err == nil:
-			err = unlockErr
+		case !unlockedByFn && errors.Is(unlockErr, ErrNotHeld):
+			err = errors.Join(fmt.Errorf("redlock: do %q: %w: the nodes no longer held it when the function returned: %w", key, ErrLost, unlockErr), err)
+		case !unlockedByFn && unlockErr != nil && err == nil:
+			err = unlockErr // fn's own Unlock already reported its outcome to fn
 		}
 	}()
 	return fn(work, lease)
 }
 
 // keepExtending extends lease by ttl about every ttl/3 until stop closes, the
-// lease is lost, or MaxHold has passed since the start.
+// lease is lost, or MaxHold has passed since the start. After an extension
+// that failed without losing the lease, it tries again soon.
 func (l *Locker) keepExtending(ctx context.Context, lease *Lease, ttl time.Duration, stop <-chan struct{}) {
 	started := l.opts.Clock.Now()
+	every := ttl / 3
+	wait := every - every/4 + mathrand.N(every/2+1) // ttl/3 ± ttl/12
 	for {
-		every := ttl / 3
-		wait := every - every/4 + mathrand.N(every/2+1) // ttl/3 ± ttl/12
 		timer := time.NewTimer(wait)
 		select {
 		case <-stop:
@@ -81,8 +96,20 @@ func (l *Locker) keepExtending(ctx context.Context, lease *Lease, ttl time.Durat
 		if l.opts.MaxHold > 0 && l.opts.Clock.Now().Sub(started)+ttl > l.opts.MaxHold {
 			return // let it run out at MaxHold at the latest
 		}
-		if lease.Extend(context.WithoutCancel(ctx), ttl) != nil {
-			return // Extend marked it lost; Done has closed
+		err := lease.Extend(context.WithoutCancel(ctx), ttl)
+		switch {
+		case err == nil:
+			wait = every - every/4 + mathrand.N(every/2+1)
+		case errors.Is(err, ErrNotHeld):
+			return // refuted, or its validity ran out: Done closes
+		default:
+			// Nodes failed; nothing was refuted and the lease keeps its
+			// validity. Try again soon; Done's margin bounds the retries.
+			wait = l.opts.RetryDelay
+			if l.opts.RetryJitter > 0 {
+				wait += mathrand.N(l.opts.RetryJitter)
+			}
+			wait = min(wait, ttl/6)
 		}
 	}
 }

@@ -3,12 +3,16 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlock/redlock/clock"
 	"github.com/redlock/redlock/redlock"
 )
 
@@ -156,4 +160,128 @@ func TestDone(t *testing.T) {
 			t.Fatal("Done still open after Check found the lease gone")
 		}
 	})
+}
+
+// outage is a go-redis hook that, while on, fails every command the client
+// sends (alone or pipelined) and counts them: a node that is briefly
+// unreachable, on either transport.
+type outage struct {
+	on       atomic.Bool
+	failures atomic.Int32
+}
+
+func (o *outage) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (o *outage) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if o.on.Load() {
+			o.failures.Add(1)
+			cmd.SetErr(errInjected)
+			return errInjected
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (o *outage) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if o.on.Load() {
+			o.failures.Add(int32(len(cmds)))
+			for _, cmd := range cmds {
+				cmd.SetErr(errInjected)
+			}
+			return errInjected
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// waitUntil polls cond until it holds (true) or ctx ends or 10s pass (false).
+func waitUntil(ctx context.Context, cond func() bool) bool {
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
+}
+
+// Three of five nodes stop answering around Do's first extension, which
+// fails; nothing refuted the lease, every node still holds its key with
+// validity to spare, so the work goes on and a later extension succeeds.
+func TestDoKeepsTheLeaseThroughABriefOutage(t *testing.T) {
+	c := newCluster(t, 5)
+	blip := &outage{}
+	for _, cl := range c.clients[:3] {
+		cl.AddHook(blip)
+	}
+	l := newLocker(t, c.nodes(nil), &redlock.Options{NodeTimeout: time.Second})
+	err := l.Do(t.Context(), "k", 3*time.Second, func(ctx context.Context, lease *redlock.Lease) error {
+		blip.on.Store(true)
+		if !waitUntil(ctx, func() bool { return blip.failures.Load() >= 3 }) {
+			return fmt.Errorf("no extension failed during the outage: %w", context.Cause(ctx))
+		}
+		blip.on.Store(false)
+		before := lease.Until()
+		assert.Positive(t, lease.Validity(), "a failed extension that nothing refuted keeps the validity")
+		if !waitUntil(ctx, func() bool { return lease.Until().After(before) }) {
+			return fmt.Errorf("no extension succeeded after the outage: %w", context.Cause(ctx))
+		}
+		return context.Cause(ctx)
+	})
+	require.NoError(t, err)
+}
+
+// Whatever the clock, a lease whose validity ran out or that the nodes no
+// longer held when fn returned makes Do report ErrLost; a lease that fn
+// unlocked itself does not.
+func TestDoReportsALeaseLostWhileFnRan(t *testing.T) {
+	tests := []struct {
+		name     string
+		fn       func(fake *clock.Fake, c *cluster, lease *redlock.Lease) error
+		wantLost bool
+	}{
+		{"validity ran out", func(fake *clock.Fake, _ *cluster, _ *redlock.Lease) error {
+			fake.Advance(10 * time.Second)
+			return nil
+		}, true},
+		{"keys expired on the nodes", func(fake *clock.Fake, c *cluster, _ *redlock.Lease) error {
+			fake.Advance(15 * time.Second)
+			for _, m := range c.servers {
+				m.FastForward(15 * time.Second)
+			}
+			return nil
+		}, true},
+		{"keys deleted on a majority", func(_ *clock.Fake, c *cluster, _ *redlock.Lease) error {
+			for _, m := range c.servers[:2] {
+				m.Del("k")
+			}
+			return nil
+		}, true},
+		{"unlocked by fn", func(_ *clock.Fake, _ *cluster, lease *redlock.Lease) error {
+			return lease.Unlock(context.Background())
+		}, false},
+		{"held throughout", func(fake *clock.Fake, _ *cluster, _ *redlock.Lease) error {
+			fake.Advance(5 * time.Second)
+			return nil
+		}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCluster(t, 3)
+			fake := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+			l := newLocker(t, c.nodes(nil), &redlock.Options{Clock: fake, NodeTimeout: 5 * time.Second})
+			err := l.Do(t.Context(), "k", 10*time.Second, func(_ context.Context, lease *redlock.Lease) error {
+				drain(t, l) // every node has answered the acquisition
+				return tt.fn(fake, c, lease)
+			})
+			if tt.wantLost {
+				require.ErrorIs(t, err, redlock.ErrLost)
+			} else {
+				require.NoError(t, err)
+			}
+		})
+	}
 }

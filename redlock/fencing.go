@@ -63,7 +63,9 @@ func counterKey(key string) (string, error) {
 
 // acquireFencedCommand is phase 1: SET NX PX and, if set, INCR.
 func acquireFencedCommand(key, counter, value string, ms int64) command {
-	return scriptCommand(acquireFencedScript, []string{key, counter}, value, ms)
+	c := scriptCommand(acquireFencedScript, []string{key, counter}, value, ms)
+	c.lease, c.role = value, roleSets
+	return c
 }
 
 // readFenced reads phase 1's reply, storing node i's counter in counters[i].
@@ -120,8 +122,9 @@ func (l *Locker) fence(ctx context.Context, req request, value string, phase1 *q
 		}
 		return nil
 	}
-	phase2 := l.fanOut(ctx, fan{after: phase1, skip: notGranted, timeout: l.opts.NodeTimeout},
-		scriptCommand(fenceScript, []string{req.key, req.counter}, value, want), readScript)
+	c := scriptCommand(fenceScript, []string{req.key, req.counter}, value, want)
+	c.lease, c.role = value, roleFences
+	phase2 := l.fanOut(ctx, fan{after: phase1, skip: notGranted, timeout: l.opts.NodeTimeout}, c, readScript)
 	left := until.Sub(l.opts.Clock.Now())
 	if left <= 0 {
 		return 0, l.roundError(ctx, "acquire", req.key, tally) // validity used up in phase 1

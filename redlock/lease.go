@@ -148,6 +148,14 @@ func (l *Lease) checkExpiry() {
 	l.loseLocked()
 }
 
+// endedAt reports whether the lease was unlocked (by its holder) and, if
+// not, whether its validity had run out at now.
+func (l *Lease) endedAt(now time.Time) (unlocked, ranOut bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.unlocked, !l.unlocked && !l.until.After(now)
+}
+
 // isLost reports whether the lease was lost (not merely unlocked).
 func (l *Lease) isLost() bool {
 	l.mu.Lock()
@@ -171,8 +179,14 @@ func (l *Lease) usable(op string) error {
 // Extend resets the lock's expiry to ttl on every node that still holds this
 // lease's value, and succeeds when a majority did so with validity left,
 // measured from the start of the extension. It refuses a lease whose validity
-// has already run out: a lapsed lock is not resurrected. After a failed
-// Extend the lease's Validity is <= 0; Unlock it to clean up.
+// has already run out: a lapsed lock is not resurrected.
+//
+// A failed Extend takes away only what the nodes said. Where a node answered
+// that the value is gone or replaced, the lease is lost: its Validity is <= 0
+// and Done closes. Where nodes merely failed or were slow, nothing was
+// refuted: the keys expire no earlier than before, and no earlier than the
+// extension's TTL where it applied, so the lease keeps the smaller of its
+// validity and the extension's, and Extend may be tried again.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return errors.New("redlock: Extend on a nil *Lease")
@@ -203,8 +217,35 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		l.mu.Unlock()
 		return nil
 	}
-	l.expire()
+	if refuted(tally) {
+		l.expire()
+	} else {
+		l.shorten(until)
+	}
 	return lk.roundError(ctx, "extend", l.key, tally)
+}
+
+// refuted reports whether any node in tally answered that the lease's value
+// is gone or replaced there.
+func refuted(tally quorum.Tally[Outcome]) bool {
+	for _, v := range tally.Votes {
+		if v.Replied && v.Err == nil && (v.Value == Taken || v.Value == Missing) {
+			return true
+		}
+	}
+	return false
+}
+
+// shorten brings the lease's validity forward to until if that is earlier.
+func (l *Lease) shorten(until time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if until.Before(l.until) {
+		l.until = until
+		if l.timer != nil && !l.closed {
+			l.timer.Reset(l.leftLocked())
+		}
+	}
 }
 
 // Unlock deletes this lease's value on every node, each after that node's

@@ -268,7 +268,7 @@ func (l *Locker) fanOut(ctx context.Context, f fan, c command, read reader) *quo
 		if wire == nil {
 			wire = c.wire()
 		}
-		j := job{cmd: redis.NewCmd(ctx, wire...), key: c.key, timeout: f.timeout, src: c.source(), round: round, node: i, read: read, calls: &l.inflight}
+		j := job{cmd: redis.NewCmd(ctx, wire...), key: c.key, lease: c.lease, role: c.role, timeout: f.timeout, src: c.source(), round: round, node: i, read: read, calls: &l.inflight}
 		if !n.pipe.submit(j) {
 			settle(round, &l.inflight, i, Failed, errNodeBusy)
 		}
@@ -291,13 +291,16 @@ func (l *Locker) call(ctx context.Context, f fan, round *quorum.Round[Outcome], 
 			return Failed, errNodeBusy
 		}
 		defer n.sending.Add(-1)
-		ctx, cancel := context.WithTimeout(ctx, f.timeout)
+		callCtx, cancel := context.WithTimeout(ctx, f.timeout)
 		defer cancel()
-		if err := waitFor(ctx, f.earlier, n.index); err != nil {
+		if err := waitFor(callCtx, f.earlier, n.index); err != nil {
 			return Failed, fmt.Errorf("waiting for this Locker's earlier release on the node: %w", err)
 		}
-		return read(n.index, n.send(ctx, c))
+		return read(n.index, n.send(callCtx, c))
 	}()
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		err = nodeTimeout(f.timeout, err) // the call's own deadline, not the caller's
+	}
 	if finish != nil {
 		finish()
 	}
@@ -319,7 +322,9 @@ func settle(round *quorum.Round[Outcome], calls *tracker, i int, o Outcome, err 
 // still worth sending until the key would have expired anyway.
 func (l *Locker) release(ctx context.Context, key, value string, acquired *quorum.Round[Outcome], ttl time.Duration) *quorum.Round[Outcome] {
 	f := fan{after: acquired, timeout: max(ttl, l.opts.NodeTimeout), release: key}
-	return l.fanOut(context.WithoutCancel(ctx), f, scriptCommand(releaseScript, []string{key}, value), readScript)
+	c := scriptCommand(releaseScript, []string{key}, value)
+	c.lease, c.role = value, roleReleases
+	return l.fanOut(context.WithoutCancel(ctx), f, c, readScript)
 }
 
 func granted(o Outcome, err error) bool { return err == nil && o == Granted }

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -71,6 +72,15 @@ const maxSending = 128
 
 var errNodeBusy = errors.New("redlock: too many calls outstanding on the node (it is not answering)")
 
+// errNodeTimeout is the error of a call that ran out of its own time
+// (NodeTimeout, or a release's TTL). It deliberately does not match
+// context.DeadlineExceeded, which callers read as their own deadline.
+var errNodeTimeout = errors.New("redlock: no reply from the node in time")
+
+func nodeTimeout(d time.Duration, err error) error {
+	return fmt.Errorf("%w (%v): %v", errNodeTimeout, d, err)
+}
+
 func (n node) admit() bool {
 	if n.sending.Add(1) > maxSending {
 		n.sending.Add(-1)
@@ -130,7 +140,20 @@ type command struct {
 	script *script
 	keys   []string
 	argv   []any
+	lease  string // the value of the lease it acts for, where it matters (see role)
+	role   role
 }
+
+// role tells a pipeline which commands of one lease may be withdrawn before
+// they are sent (see pipeline.withdraw).
+type role uint8
+
+const (
+	roleOther    role = iota
+	roleSets          // puts the lease's value on the node (an acquisition)
+	roleFences        // fencing phase 2, which follows roleSets
+	roleReleases      // deletes the lease's value
+)
 
 func scriptCommand(s *script, keys []string, argv ...any) command {
 	return command{key: keys[0], script: s, keys: keys, argv: argv}
@@ -173,7 +196,7 @@ type reader func(i int, cmd *redis.Cmd) (Outcome, error)
 // acquireCommand is SET key value NX PX ms GET. GET makes the reply tell the
 // cases apart (see readAcquire).
 func acquireCommand(key, value string, ms int64) command {
-	return command{key: key, args: []any{"SET", key, value, "NX", "PX", ms, "GET"}}
+	return command{key: key, args: []any{"SET", key, value, "NX", "PX", ms, "GET"}, lease: value, role: roleSets}
 }
 
 // readAcquire reads acquireCommand's reply: nil means this call set the key;

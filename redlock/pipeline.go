@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"sync"
 	"time"
@@ -37,6 +38,13 @@ import (
 //   - No goroutine per call, and none at all while idle: senders start when
 //     commands are queued and end when none is left for them. Replies are
 //     delivered straight into the round's vote.
+//   - Order per key across a lost script cache too. A node that lost its
+//     scripts answers EVALSHA with NOSCRIPT; commands behind it in the same
+//     batch have run by then. So from the first NOSCRIPT on a key, that
+//     command and every later one on the key in the batch run again, in
+//     order, before the key is let go (scripts as EVAL). Every command the
+//     coordinator sends may run twice: SET NX with a unique value, the
+//     scripts' compare-and-set, and phase 1's retry branch are idempotent.
 //   - A bounded queue, and failing fast. A node that stops answering holds
 //     its batches until the client's read timeout. Commands queue behind
 //     them, up to pipelineQueue; once a batch has been in flight for
@@ -44,7 +52,9 @@ import (
 //     so do new ones (errNodeBusy), until a batch comes back. So a node that
 //     wakes up runs at most the batches already sent, not a backlog of stale
 //     acquisitions. The vote never waits for any of this: NodeTimeout
-//     decides.
+//     decides. A release refused by a full queue while its own SET still
+//     waits in it withdraws the SET instead (see withdraw), so a refusal
+//     never leaves a key that was not yet sent.
 type pipeline struct {
 	client     *redis.Client
 	stallAfter time.Duration // a batch in flight this long means the node stopped answering; 0: never
@@ -88,6 +98,8 @@ const (
 type job struct {
 	cmd     *redis.Cmd
 	key     string        // the key whose order it keeps
+	lease   string        // the lease's value, for withdraw
+	role    role
 	timeout time.Duration // the batch carrying it may take this long
 	src     string        // a script's source, resent with EVAL after NOSCRIPT; "" for other commands
 	round   *quorum.Round[Outcome]
@@ -97,18 +109,32 @@ type job struct {
 }
 
 func (j *job) deliver() {
+	if err := j.cmd.Err(); errors.Is(err, context.DeadlineExceeded) {
+		// The batch's own context, never the caller's: a node timeout must
+		// not look like the caller's deadline.
+		j.cmd.SetErr(nodeTimeout(j.timeout, err))
+	}
 	o, err := j.read(j.node, j.cmd)
 	settle(j.round, j.calls, j.node, o, err)
 }
 
 // submit queues j, starting a sender if none is running, or setting the kick
 // if the senders are busy. It reports false, queuing nothing, when the queue
-// is full or the node stopped answering.
+// is full or the node stopped answering; but a release whose SET still waits
+// in a full queue withdraws it and is answered at once (see withdraw).
 func (p *pipeline) submit(j job) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.queue) >= pipelineQueue || p.stalled() {
-		return false
+	if p.stalled() {
+		return false // the queue, and any SET of j's lease in it, was failed
+	}
+	if len(p.queue) >= pipelineQueue {
+		if j.role != roleReleases || !p.withdraw(j.key, j.lease) {
+			return false
+		}
+		j.cmd.SetVal(int64(1)) // the value is not on the node: released
+		j.deliver()            // never blocks
+		return true
 	}
 	p.queue = append(p.queue, j)
 	switch {
@@ -148,6 +174,31 @@ func (p *pipeline) kicked() {
 		}
 	}
 }
+
+// withdraw fails, unsent, the queued acquisition commands (SET and fencing
+// phase 2) of the lease with value on key, and reports whether its SET was
+// among them: if so, nothing of the lease reached the node (order per key
+// means nothing later on the key was sent either), and its release need not
+// be. Their rounds were decided before the release began. p.mu is held.
+func (p *pipeline) withdraw(key, value string) (set bool) {
+	kept := p.queue[:0]
+	for _, j := range p.queue {
+		if j.key != key || j.lease != value || (j.role != roleSets && j.role != roleFences) {
+			kept = append(kept, j)
+			continue
+		}
+		set = set || j.role == roleSets
+		j.cmd.SetErr(errWithdrawn)
+		j.deliver() // never blocks
+	}
+	clear(p.queue[len(kept):])
+	p.queue = kept
+	return set
+}
+
+// errWithdrawn is the error of an acquisition's command that its own release
+// withdrew before it was sent.
+var errWithdrawn = errors.New("redlock: withdrawn unsent: released before it reached the node")
 
 // stalled reports whether a batch has been in flight for stallAfter. If so,
 // it fails the queued commands: they were never sent, and sending them once
@@ -267,24 +318,22 @@ func (p *pipeline) exec(batch []job) {
 	}
 
 	// A node that lost its script cache (a restart, SCRIPT FLUSH) answers
-	// EVALSHA with NOSCRIPT: send those scripts in full, before anything
-	// queued later. Commands behind them in this batch have already run;
-	// at worst one of this Locker's acquisitions found a value whose
-	// release came back NOSCRIPT, which it reports as contention.
+	// EVALSHA with NOSCRIPT, and the commands behind it on the same key have
+	// run out of order (a release before its own SET, which would then stay
+	// for its TTL). So run that command and every later one on its key
+	// again, in order, while the batch still holds the key.
 	var again redis.Pipeliner
+	var redo map[string]bool // keys whose remaining commands run again
 	for i := range batch {
 		j := &batch[i]
-		if j.src == "" || !redis.HasErrorPrefix(j.cmd.Err(), "NOSCRIPT") {
+		if !redo[j.key] && (j.src == "" || !redis.HasErrorPrefix(j.cmd.Err(), "NOSCRIPT")) {
 			continue
 		}
 		if again == nil {
-			again = p.client.Pipeline()
+			again, redo = p.client.Pipeline(), map[string]bool{}
 		}
-		args := j.cmd.Args() // evalsha, sha1, numkeys, keys and args
-		eval := make([]any, len(args))
-		copy(eval, args)
-		eval[0], eval[1] = "eval", j.src
-		j.cmd = redis.NewCmd(ctx, eval...)
+		redo[j.key] = true
+		j.cmd = j.anew(ctx)
 		_ = again.Process(ctx, j.cmd)
 	}
 	if again != nil {
@@ -293,4 +342,16 @@ func (p *pipeline) exec(batch []job) {
 	for i := range batch {
 		batch[i].deliver()
 	}
+}
+
+// anew returns j's command to send again: a script in full (EVAL), anything
+// else as it was.
+func (j *job) anew(ctx context.Context) *redis.Cmd {
+	args := j.cmd.Args() // for a script: evalsha, sha1, numkeys, keys and args
+	again := make([]any, len(args))
+	copy(again, args)
+	if j.src != "" {
+		again[0], again[1] = "eval", j.src
+	}
+	return redis.NewCmd(ctx, again...)
 }

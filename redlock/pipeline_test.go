@@ -390,3 +390,91 @@ func TestPipelineRefusalIsReported(t *testing.T) {
 	assert.True(t, errors.Is(qe.Nodes[0].Err, errNodeBusy), "got %v", qe.Nodes[0].Err)
 	assert.NoError(t, l.Drain(t.Context()))
 }
+
+// heldNodes returns three miniredis servers and a Locker over them whose
+// node 0 sends its first batch (a PING submitted here) only when the
+// returned release is called: meanwhile node 0's sender is busy, and
+// everything the Locker sends there queues behind it.
+func heldNodes(t *testing.T, opts *Options) (servers []*miniredis.Miniredis, clients []*redis.Client, l *Locker, release func()) {
+	t.Helper()
+	hooks := &pipelineCounter{hold: make(chan struct{})}
+	var nodes []Node
+	for i := range 3 {
+		m := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { c.Close() })
+		if i == 0 {
+			c.AddHook(hooks)
+		}
+		servers, clients, nodes = append(servers, m), append(clients, c), append(nodes, c)
+	}
+	l, err := New(nodes, opts)
+	require.NoError(t, err)
+	blocker, ok := submitDo(l.nodes[0].pipe, "PING")
+	require.True(t, ok)
+	require.Eventually(t, func() bool { return len(hooks.pipelines()) == 1 }, 5*time.Second, time.Millisecond, "node 0's first batch is held")
+	var once sync.Once
+	release = func() {
+		once.Do(func() { close(hooks.hold) })
+		_, err := blocker.round.Result(0)
+		require.NoError(t, err)
+	}
+	t.Cleanup(release)
+	return servers, clients, l, release
+}
+
+// After node 0 lost its script cache and cached only the release script
+// again, a fenced acquisition decided by nodes 1 and 2 and unlocked at once
+// leaves node 0 a batch of EVALSHA acquire_fenced, EVALSHA fence and
+// EVALSHA release on one key. The first two answer NOSCRIPT, the release
+// finds nothing to delete; the pipeline must then run all three again in
+// that order, so that the key does not stay on node 0 for its TTL.
+func TestPipelineReleaseNeverOvertakesItsAcquisitionAfterNoscript(t *testing.T) {
+	servers, clients, l, release := heldNodes(t, &Options{Fencing: true, NodeTimeout: 5 * time.Second})
+	require.NoError(t, clients[0].ScriptFlush(t.Context()).Err())
+	require.NoError(t, clients[0].ScriptLoad(t.Context(), releaseLua).Err())
+
+	lease, err := l.TryLock(t.Context(), "k", time.Minute)
+	require.NoError(t, err, "nodes 1 and 2 decide")
+	require.NoError(t, lease.Unlock(t.Context()))
+	release()
+	require.NoError(t, l.Drain(t.Context()))
+	assert.False(t, servers[0].Exists("k"), "node 0 holds %q after its release was sent", "k")
+	counter, err := servers[0].Get("{k}:fencing")
+	require.NoError(t, err, "phase 1 ran on node 0 (once)")
+	assert.Equal(t, "1", counter)
+}
+
+// A release refused by node 0's full queue while its own SET still waits in
+// that queue withdraws the SET: the key never reaches node 0.
+func TestPipelineReleaseWithdrawsItsQueuedSetWhenTheQueueIsFull(t *testing.T) {
+	servers, _, l, release := heldNodes(t, &Options{NodeTimeout: 5 * time.Second})
+	lease, err := l.TryLock(t.Context(), "k", time.Minute)
+	require.NoError(t, err, "nodes 1 and 2 decide")
+	var fillers []submitted
+	for {
+		s, ok := submitDo(l.nodes[0].pipe, "PING")
+		if !ok {
+			break
+		}
+		fillers = append(fillers, s)
+	}
+	require.Len(t, fillers, pipelineQueue-1, "the SET and the fillers fill the queue")
+	acquired := lease.acquired
+	require.NoError(t, lease.Unlock(t.Context()))
+	select {
+	case <-acquired.Settled(0):
+		_, setErr := acquired.Result(0)
+		assert.ErrorIs(t, setErr, errWithdrawn, "the SET was withdrawn before it was sent")
+	default:
+		t.Error("the SET still waits in node 0's queue after its release")
+	}
+
+	release()
+	for _, s := range fillers {
+		_, err := s.round.Result(0)
+		require.NoError(t, err)
+	}
+	require.NoError(t, l.Drain(t.Context()))
+	assert.False(t, servers[0].Exists("k"), "node 0 holds the key that its release was refused for")
+}
