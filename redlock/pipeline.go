@@ -97,8 +97,8 @@ const (
 // job is one queued command and where its reply goes.
 type job struct {
 	cmd     *redis.Cmd
-	key     string        // the key whose order it keeps
-	lease   string        // the lease's value, for withdraw
+	key     string // the key whose order it keeps
+	lease   string // the lease's value, for withdraw
 	role    role
 	timeout time.Duration // the batch carrying it may take this long
 	src     string        // a script's source, resent with EVAL after NOSCRIPT; "" for other commands
