@@ -203,40 +203,74 @@ func (n node) durability(ctx context.Context) NodeDurability {
 	return d
 }
 
-// durableCheck caches whether a majority of nodes is durable, for
+// durableCheck caches the nodes' verdict on durability, for
 // Options.RequireDurable, so that CONFIG GET is not sent on every
-// acquisition.
+// acquisition. Only verdicts the nodes gave are cached: a check that a
+// caller's deadline or a network failure cut short decides nothing.
 type durableCheck struct {
 	mu      sync.Mutex
-	checked time.Time
-	err     error
+	checked time.Time // zero: no verdict yet
+	err     error     // the verdict: nil, or ErrNotDurable with detail
 }
 
 // durableRecheck is how long a durability verdict is trusted.
 const durableRecheck = 10 * time.Second
 
-func (l *Locker) requireDurable(ctx context.Context) error {
-	l.durable.mu.Lock()
-	defer l.durable.mu.Unlock()
-	now := time.Now()
-	if !l.durable.checked.IsZero() && now.Sub(l.durable.checked) < durableRecheck {
-		return l.durable.err
+func (d *durableCheck) cached(now time.Time) (err error, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.checked.IsZero() || now.Sub(d.checked) >= durableRecheck {
+		return nil, false
 	}
-	var short []string
-	durable := 0
+	return d.err, true
+}
+
+func (d *durableCheck) store(now time.Time, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.checked, d.err = now, err
+}
+
+// requireDurable returns nil when a majority of nodes keep fencing counters
+// across a crash, ErrNotDurable when the nodes' answers rule that out, and
+// otherwise (nodes unreachable, ctx ended) an error that is the caller's to
+// retry: it matches ctx's error when ctx ended. The mutex is not held across
+// the round trips, so one slow check holds up no other caller.
+func (l *Locker) requireDurable(ctx context.Context) error {
+	if err, ok := l.durable.cached(time.Now()); ok {
+		return err
+	}
+	started := time.Now()
+	var short, unknown []string
+	durable, notDurable := 0, 0
 	for _, d := range l.Durability(ctx) {
+		var reply redis.Error // the node answered CONFIG GET with an error (not permitted, renamed)
 		switch {
 		case d.Durable:
 			durable++
-		case d.Err != nil:
+		case d.Err == nil:
+			notDurable++
+			short = append(short, fmt.Sprintf("%s: appendonly %s, appendfsync %s, maxmemory-policy %s", d.Name, d.AppendOnly, d.AppendFsync, d.MaxmemoryPolicy))
+		case errors.As(d.Err, &reply):
+			notDurable++
 			short = append(short, fmt.Sprintf("%s: %v", d.Name, d.Err))
 		default:
-			short = append(short, fmt.Sprintf("%s: appendonly %s, appendfsync %s, maxmemory-policy %s", d.Name, d.AppendOnly, d.AppendFsync, d.MaxmemoryPolicy))
+			unknown = append(unknown, fmt.Sprintf("%s: %v", d.Name, d.Err))
 		}
 	}
-	l.durable.checked, l.durable.err = now, nil
-	if durable < quorum.Majority(len(l.nodes)) {
-		l.durable.err = fmt.Errorf("%w: %d of %d durable; %s", ErrNotDurable, durable, len(l.nodes), strings.Join(short, "; "))
+	n, need := len(l.nodes), quorum.Majority(len(l.nodes))
+	switch {
+	case durable >= need:
+		l.durable.store(started, nil)
+		return nil
+	case notDurable > n-need:
+		err := fmt.Errorf("%w: %d of %d durable; %s", ErrNotDurable, durable, n, strings.Join(append(short, unknown...), "; "))
+		l.durable.store(started, err)
+		return err
 	}
-	return l.durable.err
+	if ctx.Err() != nil {
+		return fmt.Errorf("redlock: checking the nodes' durability: %w", contextError(ctx))
+	}
+	return fmt.Errorf("redlock: cannot tell whether a majority of nodes is durable: %d durable, %d not, %d did not answer; %s",
+		durable, notDurable, len(unknown), strings.Join(append(short, unknown...), "; "))
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -359,4 +360,94 @@ func runSchedule(nodesOf scheduleNodes, seed uint64, scale time.Duration) (int, 
 		}
 	}
 	return len(got), nil
+}
+
+// configNode answers CONFIG GET, which miniredis lacks, with durable
+// settings, after wait (if set) returns nil; an error from wait is the reply.
+type configNode struct {
+	redlock.Node
+	wait func(ctx context.Context) error
+}
+
+func (n *configNode) Do(ctx context.Context, args ...any) *redis.Cmd {
+	if len(args) == 0 || args[0] != "CONFIG" {
+		return n.Node.Do(ctx, args...)
+	}
+	cmd := redis.NewCmd(ctx, args...)
+	if n.wait != nil {
+		if err := n.wait(ctx); err != nil {
+			cmd.SetErr(err)
+			return cmd
+		}
+	}
+	cmd.SetVal([]any{"appendonly", "yes", "appendfsync", "always", "maxmemory-policy", "noeviction"})
+	return cmd
+}
+
+// A caller whose deadline cuts the durability check short gets its own
+// deadline back, not ErrNotDurable, and the next caller is not refused: only
+// the nodes' verdict is cached.
+func TestRequireDurableCachesOnlyTheNodesVerdict(t *testing.T) {
+	c := newCluster(t, 3)
+	var slow atomic.Bool
+	slow.Store(true)
+	l := newLocker(t, c.nodes(func(_ int, n redlock.Node) redlock.Node {
+		return &configNode{Node: n, wait: func(ctx context.Context) error {
+			if slow.Load() {
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			return nil
+		}}
+	}), &redlock.Options{Fencing: true, RequireDurable: true})
+
+	short, cancel := context.WithTimeout(t.Context(), 5*time.Millisecond)
+	defer cancel()
+	_, err := l.TryLock(short, "k", time.Minute)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NotErrorIs(t, err, redlock.ErrNotDurable)
+
+	slow.Store(false)
+	lease, err := l.TryLock(t.Context(), "k", time.Minute)
+	require.NoError(t, err, "the first caller's deadline must not decide for the next")
+	require.NoError(t, lease.Unlock(t.Context()))
+}
+
+// One caller's slow durability check holds up no other caller.
+func TestRequireDurableCheckRunsOutsideTheLock(t *testing.T) {
+	c := newCluster(t, 3)
+	gate := make(chan struct{})
+	var opened atomic.Bool
+	open := sync.OnceFunc(func() { opened.Store(true); close(gate) })
+	watchdog := time.AfterFunc(20*time.Second, open) // bounds the test without the fix
+	defer watchdog.Stop()
+	var checks atomic.Int32
+	l := newLocker(t, c.nodes(func(_ int, n redlock.Node) redlock.Node {
+		return &configNode{Node: n, wait: func(ctx context.Context) error {
+			if checks.Add(1) <= 3 { // the first caller's check, on every node
+				select {
+				case <-gate:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			return nil
+		}}
+	}), &redlock.Options{Fencing: true, RequireDurable: true, NodeTimeout: time.Minute})
+
+	first := make(chan error, 1)
+	go func() {
+		lease, err := l.TryLock(t.Context(), "a", time.Minute)
+		if err == nil {
+			err = lease.Unlock(t.Context())
+		}
+		first <- err
+	}()
+	require.Eventually(t, func() bool { return checks.Load() >= 3 }, 10*time.Second, time.Millisecond)
+	lease, err := l.TryLock(t.Context(), "b", time.Minute)
+	require.NoError(t, err)
+	assert.False(t, opened.Load(), "the second caller waited for the first one's check")
+	require.NoError(t, lease.Unlock(t.Context()))
+	open()
+	require.NoError(t, <-first)
 }

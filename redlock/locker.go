@@ -94,6 +94,9 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 		if err == nil {
 			return lease, nil
 		}
+		if errors.Is(err, ErrNotDurable) {
+			return nil, err // the nodes' settings, which no retry changes
+		}
 		if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
 			decided = err
 		}
@@ -158,17 +161,17 @@ func (l *Locker) request(ctx context.Context, op, key string, ttl time.Duration)
 		if req.counter, err = counterKey(key); err != nil {
 			return request{}, err
 		}
-		if l.opts.RequireDurable {
-			if err := l.requireDurable(ctx); err != nil {
-				return request{}, err
-			}
-		}
 	}
 	return req, nil
 }
 
 // attempt is one acquisition: SET NX PX GET on every node, decided early.
 func (l *Locker) attempt(ctx context.Context, req request) (*Lease, error) {
+	if req.counter != "" && l.opts.RequireDurable {
+		if err := l.requireDurable(ctx); err != nil {
+			return nil, err
+		}
+	}
 	value := newValue()
 	start := l.opts.Clock.Now() // before the first send
 	earlier := l.releases.snapshot(req.key)

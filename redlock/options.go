@@ -57,7 +57,10 @@ type Options struct {
 
 	// RequireDurable refuses fenced acquisitions (ErrNotDurable) while a
 	// majority of nodes would not keep their counters across a crash (see
-	// Locker.Durability; re-checked every 10s). Needs CONFIG GET permission.
+	// Locker.Durability). The nodes' verdict is trusted for 10s; a check that
+	// the caller's deadline or the network cut short decides nothing and is
+	// not remembered (the attempt fails with that error, and Lock retries).
+	// Lock returns ErrNotDurable at once. Needs CONFIG GET permission.
 	RequireDurable bool
 
 	// NoAutoPipeline sends each command to a *redis.Client node on its own
