@@ -118,8 +118,16 @@ var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0
 //	UPDATE Table SET <set>, TokenColumn = token WHERE IDColumn = id AND TokenColumn <= token
 //
 // where set is an assignment list with its own placeholders and args their
-// values. It returns nil if the row was written, ErrStaleToken if the row
-// holds a higher token, and sql.ErrNoRows if no row has that id.
+// values (args is not modified). It returns nil if the row was written,
+// ErrStaleToken if the row holds a higher token, and sql.ErrNoRows if no row
+// has that id.
+//
+// MySQL reports the rows an UPDATE changed, not those it matched (unless
+// the connection sets CLIENT_FOUND_ROWS), so a write that repeats the row's
+// current token and values reports no rows. Update then finds the row
+// holding exactly this token, which means the same holder's write is the
+// last one accepted and the row already holds what it writes: it returns
+// nil, on every database.
 func (s SQL) Update(ctx context.Context, db Execer, id any, token uint64, set string, args ...any) error {
 	for _, name := range []string{s.Table, s.IDColumn, s.TokenColumn} {
 		if !identifier.MatchString(name) {
@@ -139,7 +147,9 @@ func (s SQL) Update(ctx context.Context, db Execer, id any, token uint64, set st
 	}
 	query := fmt.Sprintf("UPDATE %s SET %s, %s = %s WHERE %s = %s AND %s <= %s",
 		s.Table, set, s.TokenColumn, ph(n+1), s.IDColumn, ph(n+2), s.TokenColumn, ph(n+3))
-	res, err := db.ExecContext(ctx, query, append(args, t, id, t)...)
+	all := make([]any, 0, len(args)+3) // never into spare capacity of the caller's args
+	all = append(append(all, args...), t, id, t)
+	res, err := db.ExecContext(ctx, query, all...)
 	if err != nil {
 		return fmt.Errorf("fence: update %s: %w", s.Table, err)
 	}
@@ -158,6 +168,8 @@ func (s SQL) Update(ctx context.Context, db Execer, id any, token uint64, set st
 		return fmt.Errorf("fence: update %s: no row with %s = %v: %w", s.Table, s.IDColumn, id, sql.ErrNoRows)
 	case err != nil:
 		return fmt.Errorf("fence: update %s: %w", s.Table, err)
+	case current == t:
+		return nil // matched, nothing to change (MySQL's rows "changed")
 	}
 	return fmt.Errorf("fence: update %s %v with token %d, row has %d: %w", s.Table, id, token, current, ErrStaleToken)
 }

@@ -87,6 +87,38 @@ func TestSQLGuard(t *testing.T) {
 	assert.Error(t, accounts.Update(ctx, db, "alice", 1<<63, "balance = 1"), "tokens must fit BIGINT")
 }
 
+// Update never writes into spare capacity of the caller's args.
+func TestSQLGuardLeavesTheCallersArgsAlone(t *testing.T) {
+	db := openSQLite(t)
+	args := make([]any, 1, 8)
+	args[0] = 42
+	require.NoError(t, accounts.Update(t.Context(), db, "alice", 3, "balance = ?", args...))
+	assert.Equal(t, []any{42, nil, nil, nil}, args[:4], "Update appended to the caller's slice")
+}
+
+// MySQL counts rows changed, not matched: a write repeating the row's token
+// and values reports none. A trigger gives SQLite the same habit (an update
+// that changes nothing is skipped and not counted); the repeated write is the
+// same holder's and must succeed, and a lower token must still be stale.
+func TestSQLGuardOnADatabaseThatCountsChangedRows(t *testing.T) {
+	db := openSQLite(t)
+	_, err := db.Exec(`CREATE TRIGGER changed_rows_only BEFORE UPDATE ON accounts
+		WHEN NEW.balance = OLD.balance AND NEW.fencing_token = OLD.fencing_token
+		BEGIN SELECT RAISE(IGNORE); END`)
+	require.NoError(t, err)
+	ctx := t.Context()
+	require.NoError(t, accounts.Update(ctx, db, "alice", 7, "balance = ?", 50))
+	res, err := db.Exec(`UPDATE accounts SET balance = 50, fencing_token = 7 WHERE id = 'alice'`)
+	require.NoError(t, err)
+	n, err := res.RowsAffected()
+	require.NoError(t, err)
+	require.Zero(t, n, "the trigger makes an unchanged row count as not affected")
+
+	require.NoError(t, accounts.Update(ctx, db, "alice", 7, "balance = ?", 50), "the same write again, by the same holder")
+	require.ErrorIs(t, accounts.Update(ctx, db, "alice", 6, "balance = ?", 50), fence.ErrStaleToken)
+	require.ErrorIs(t, accounts.Update(ctx, db, "bob", 7, "balance = ?", 50), sql.ErrNoRows)
+}
+
 // The Kleppmann scenario: A acquires, is paused past its lease, B acquires
 // with a higher token and writes; A resumes and writes; the guard rejects A.
 func TestPausedHolderIsFencedOff(t *testing.T) {
@@ -100,9 +132,11 @@ func TestPausedHolderIsFencedOff(t *testing.T) {
 		servers, nodes = append(servers, m), append(nodes, c)
 	}
 	clockA := clock.NewFake(time.Unix(0, 0))
-	a, err := redlock.New(nodes, &redlock.Options{Fencing: true, Clock: clockA})
+	// Not a test of timing: a NodeTimeout for cold connections on a loaded,
+	// race-instrumented machine, not the 50ms default.
+	a, err := redlock.New(nodes, &redlock.Options{Fencing: true, Clock: clockA, NodeTimeout: 5 * time.Second})
 	require.NoError(t, err)
-	b, err := redlock.New(nodes, &redlock.Options{Fencing: true})
+	b, err := redlock.New(nodes, &redlock.Options{Fencing: true, NodeTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	storage := miniredis.RunT(t)
 	sc := redis.NewClient(&redis.Options{Addr: storage.Addr()})

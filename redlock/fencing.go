@@ -36,8 +36,11 @@ import (
 // A's phase-2 majority in some node whose counter was already >= t_A when B
 // incremented it, so t_B > t_A. Uniqueness: a node's INCR results never
 // repeat (its counter only grows), and the token carries t together with the
-// index of a node where t was this acquisition's own INCR result:
-// token = t<<8 | node. Both hold only while nodes keep their counters: run
+// label of a node where t was this acquisition's own INCR result:
+// token = t<<8 | label. The label must name the same server in every
+// process, so it is the node's rank among the nodes' addresses sorted, not
+// its place in the list given to New (two processes may list the servers in
+// different orders); processes must name the servers by the same addresses. Both hold only while nodes keep their counters: run
 // them with AOF and appendfsync always, and maxmemory-policy noeviction
 // (see Locker.Durability). Counters never expire: expiring one would restart
 // it below tokens already issued. Each costs one small key per lock name per
@@ -52,13 +55,37 @@ const maxFencingNodes = 1 << tokenNodeBits
 // maxCounter keeps t<<8 within a uint64.
 const maxCounter = 1<<(64-tokenNodeBits) - 1
 
+// counterSuffix ends every fencing counter's key.
+const counterSuffix = ":fencing"
+
 // counterKey returns the key of key's fencing counter, in key's hash slot.
 func counterKey(key string) (string, error) {
-	k, err := hashtag.Beside(key, ":fencing")
+	k, err := hashtag.Beside(key, counterSuffix)
 	if err != nil {
 		return "", fmt.Errorf("redlock: fencing: %w", err)
 	}
 	return k, nil
+}
+
+// counterOf reports whether key is the fencing counter of some lock, and of
+// which. No lock may take such a name: it would find the counter (a
+// contention that never ends), or plant a value where INCR needs a number.
+func counterOf(key string) (lock string, ok bool) {
+	p, found := strings.CutSuffix(key, counterSuffix)
+	if !found {
+		return "", false
+	}
+	var candidates []string
+	if len(p) > 2 && p[0] == '{' && p[len(p)-1] == '}' {
+		candidates = append(candidates, p[1:len(p)-1]) // an untagged lock's counter is {lock}+suffix
+	}
+	candidates = append(candidates, p) // a tagged one's is lock+suffix
+	for _, c := range candidates {
+		if k, err := counterKey(c); err == nil && k == key {
+			return c, true
+		}
+	}
+	return "", false
 }
 
 // acquireFencedCommand is phase 1: SET NX PX and, if set, INCR.
@@ -135,7 +162,7 @@ func (l *Locker) fence(ctx context.Context, req request, value string, phase1 *q
 		e.Op = "acquire (fencing phase)"
 		return 0, e
 	}
-	return t<<tokenNodeBits | uint64(owner), nil
+	return t<<tokenNodeBits | l.nodes[owner].label, nil
 }
 
 // errNotGranted is phase 2's answer for a node that did not grant phase 1.
@@ -163,6 +190,9 @@ type NodeDurability struct {
 // and no eviction. The order of fencing tokens holds only while a majority
 // of nodes keep their counters.
 func (l *Locker) Durability(ctx context.Context) []NodeDurability {
+	if l == nil || ctx == nil {
+		return nil
+	}
 	out := make([]NodeDurability, len(l.nodes))
 	var wg sync.WaitGroup
 	for i, n := range l.nodes {

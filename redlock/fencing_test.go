@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -450,4 +451,65 @@ func TestRequireDurableCheckRunsOutsideTheLock(t *testing.T) {
 	require.NoError(t, lease.Unlock(t.Context()))
 	open()
 	require.NoError(t, <-first)
+}
+
+// Once lock "a" has a fencing counter, the counter's name cannot be taken as
+// a lock (it would be contention forever, or break the counter).
+func TestFencingCounterNamesAreReserved(t *testing.T) {
+	c := newCluster(t, 3)
+	l := newLocker(t, c.nodes(nil), &redlock.Options{Fencing: true})
+	plain := newLocker(t, c.nodes(nil), nil)
+	lease, err := l.TryLock(t.Context(), "a", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, lease.Unlock(t.Context()))
+	for _, locker := range []*redlock.Locker{l, plain} {
+		_, err := locker.TryLock(t.Context(), "{a}:fencing", time.Minute)
+		require.ErrorContains(t, err, "reserved")
+		require.NotErrorIs(t, err, redlock.ErrNotObtained)
+	}
+	drain(t, l)
+	v, _ := c.servers[0].Get("{a}:fencing")
+	assert.Equal(t, "1", v, "the counter is untouched")
+}
+
+// A token's low bits name the server that owned it by a label every process
+// agrees on, however it orders the nodes: two Lockers over the same servers,
+// listed in different orders, label each owner alike.
+func TestTokenLabelsDoNotDependOnTheNodeOrder(t *testing.T) {
+	c := newCluster(t, 3)
+	inOrder := newLocker(t, c.nodes(nil), &redlock.Options{Fencing: true})
+	var shuffled []redlock.Node
+	for _, i := range []int{2, 0, 1} {
+		shuffled = append(shuffled, newClient(t, c.servers[i].Addr()))
+	}
+	reordered := newLocker(t, shuffled, &redlock.Options{Fencing: true})
+
+	labels := []map[int]uint64{{}, {}} // per Locker: server -> label seen
+	for round := range 20 {
+		for li, l := range []*redlock.Locker{inOrder, reordered} {
+			drain(t, l)
+			// Counters base+i: the owner (the highest among the nodes that
+			// decided) is the server whose INCR result is t.
+			base := 1000 * (2*round + li + 1)
+			for i, m := range c.servers {
+				require.NoError(t, m.Set("{k}:fencing", strconv.Itoa(base+i)))
+			}
+			lease, err := l.TryLock(t.Context(), "k", time.Minute)
+			require.NoError(t, err)
+			require.NoError(t, lease.Unlock(t.Context()))
+			owner := int(lease.Token()>>8) - base - 1
+			require.True(t, owner >= 0 && owner < 3, "token %d", lease.Token())
+			labels[li][owner] = lease.Token() & 0xff
+		}
+	}
+	seen := map[uint64]int{}
+	for server, label := range labels[0] {
+		if other, ok := labels[1][server]; ok {
+			assert.Equal(t, label, other, "server %d: labelled %d by one Locker and %d by the other", server, label, other)
+		}
+		if s, dup := seen[label]; dup {
+			t.Errorf("servers %d and %d share label %d", s, server, label)
+		}
+		seen[label] = server
+	}
 }

@@ -80,14 +80,17 @@ func (c *cluster) setOther(t *testing.T, key string, idx ...int) {
 // of the coordinator's transports. (Nodes that are not *redis.Client, such
 // as hookNode, always take the direct one.)
 //
-// A nil opts gets a NodeTimeout of 5s instead of the 50ms default: these
+// Options without a NodeTimeout get 5s instead of the 50ms default: these
 // tests run under the race detector beside other packages on two cores,
 // where 50ms is sometimes too short for a reply. The tests about timing set
 // NodeTimeout themselves.
 func withTransport(opts *redlock.Options) *redlock.Options {
-	o := redlock.Options{NodeTimeout: 5 * time.Second}
+	var o redlock.Options
 	if opts != nil {
 		o = *opts
+	}
+	if o.NodeTimeout == 0 {
+		o.NodeTimeout = 5 * time.Second
 	}
 	if os.Getenv("REDLOCK_TEST_TRANSPORT") == "direct" {
 		o.NoAutoPipeline = true

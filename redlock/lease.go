@@ -109,11 +109,21 @@ func (l *Lease) closeLocked() {
 	}
 }
 
+// closed is the channel Done returns for a nil *Lease.
+var closed = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
 // Done returns a channel that is closed when the lease is lost: a safety
 // margin (the smaller of NodeTimeout and a tenth of the TTL) before its
 // validity runs out, when an Extend or Check finds it gone, or when it is
 // unlocked. Work protected by the lease should stop when it closes.
 func (l *Lease) Done() <-chan struct{} {
+	if l == nil {
+		return closed // a nil lease holds nothing
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.done == nil {

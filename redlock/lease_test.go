@@ -227,6 +227,7 @@ func TestBadInput(t *testing.T) {
 		{"typed nil node", []redlock.Node{nodes[0], (*redis.Client)(nil)}, nil, "node 1 is a nil *redis.Client"},
 		{"same node twice", []redlock.Node{nodes[0], nodes[1], nodes[0]}, nil, "nodes 0 and 2 are the same server"},
 		{"two clients of one server", []redlock.Node{c.clients[0], newClient(t, c.servers[0].Addr())}, nil, "same server"},
+		{"two databases of one server", []redlock.Node{c.clients[0], c.clients[1], redis.NewClient(&redis.Options{Addr: c.servers[0].Addr(), DB: 1})}, nil, "nodes 0 and 2 are the same server"},
 		{"negative NodeTimeout", nodes, &redlock.Options{NodeTimeout: -1}, "NodeTimeout"},
 		{"negative RetryDelay", nodes, &redlock.Options{RetryDelay: -1}, "RetryDelay"},
 		{"negative RetryJitter", nodes, &redlock.Options{RetryJitter: -1}, "RetryJitter"},
@@ -263,13 +264,21 @@ func TestBadInput(t *testing.T) {
 		{"ttl within the drift bound", t.Context(), "k", 2 * time.Millisecond, "drift allowance"},
 		{"nil context", nil, "k", time.Second, "nil context"},
 		{"context already done", done, "k", time.Second, "context canceled"},
+		{"a fencing counter's name", t.Context(), "{k}:fencing", time.Second, `reserved: it is the fencing counter of lock "k"`},
+		{"a tagged lock's counter's name", t.Context(), "a{t}:fencing", time.Second, `reserved: it is the fencing counter of lock "a{t}"`},
 	}
 	for _, tt := range lockCases {
 		for name, lock := range map[string]func(context.Context, string, time.Duration) (*redlock.Lease, error){
 			"TryLock": l.TryLock, "Lock": l.Lock,
 		} {
 			t.Run(name+"/"+tt.name, func(t *testing.T) {
-				lease, err := lock(tt.ctx, tt.key, tt.ttl)
+				ctx := tt.ctx
+				if ctx != nil && ctx.Err() == nil { // bounded, should Lock wait instead of refusing
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+					defer cancel()
+				}
+				lease, err := lock(ctx, tt.key, tt.ttl)
 				require.Error(t, err)
 				assert.Nil(t, lease)
 				assert.Contains(t, err.Error(), tt.want)
@@ -297,9 +306,29 @@ func TestBadInput(t *testing.T) {
 		assert.Error(t, lease.Check(t.Context()))
 		assert.Empty(t, lease.Key())
 		assert.LessOrEqual(t, lease.Validity(), time.Duration(0))
+		select {
+		case <-lease.Done():
+		default:
+			t.Error("a nil lease's Done must be closed: it holds nothing")
+		}
 		var locker *redlock.Locker
 		_, err := locker.TryLock(t.Context(), "k", time.Second)
 		assert.Error(t, err)
+		_, err = locker.Lock(t.Context(), "k", time.Second)
+		assert.Error(t, err)
+		assert.Error(t, locker.Do(t.Context(), "k", time.Second, func(context.Context, *redlock.Lease) error { return nil }))
+		assert.ErrorContains(t, locker.Drain(t.Context()), "nil *Locker")
+		assert.Nil(t, locker.Durability(t.Context()))
+		//lint:ignore SA1012 a nil context is the bad input under test
+		assert.ErrorContains(t, l.Drain(nil), "nil context") //nolint:staticcheck
+	})
+
+	t.Run("names that are not counters are free", func(t *testing.T) {
+		for _, key := range []string{"k:fencing", "{k}:fencing:x", "{}:fencing", "fencing"} {
+			lease, err := l.TryLock(t.Context(), key, time.Minute)
+			require.NoError(t, err, key)
+			require.NoError(t, lease.Unlock(t.Context()))
+		}
 	})
 }
 

@@ -125,6 +125,12 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 // before the process exits, so that a late grant is not left to expire on its
 // own. It returns ctx's error if ctx ends first.
 func (l *Locker) Drain(ctx context.Context) error {
+	if l == nil {
+		return errors.New("redlock: Drain on a nil *Locker")
+	}
+	if ctx == nil {
+		return errors.New("redlock: Drain: nil context")
+	}
 	return l.inflight.wait(ctx)
 }
 
@@ -147,6 +153,9 @@ func (l *Locker) request(ctx context.Context, op, key string, ttl time.Duration)
 		return request{}, fmt.Errorf("redlock: %s: key of %d bytes is longer than MaxKeyLen (%d)", op, len(key), MaxKeyLen)
 	case ttl <= 0:
 		return request{}, fmt.Errorf("redlock: %s %q: ttl %v must be positive", op, key, ttl)
+	}
+	if lock, ok := counterOf(key); ok {
+		return request{}, fmt.Errorf("redlock: %s %q: the name is reserved: it is the fencing counter of lock %q", op, key, lock)
 	}
 	if err := l.bound.Check(ttl); err != nil {
 		return request{}, fmt.Errorf("redlock: %s %q: %w", op, key, err)

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -58,6 +60,7 @@ type node struct {
 	Node
 	index   int
 	name    string
+	label   uint64        // the low bits of the fencing tokens it owns (see labelNodes)
 	pipe    *pipeline     // the node's auto-pipeline; nil: a goroutine and pooled connection per call
 	sending *atomic.Int32 // calls sent and not yet returned, without pipe
 }
@@ -97,6 +100,7 @@ func newNodes(nodes []Node, o *Options) ([]node, error) {
 	}
 	out := make([]node, len(nodes))
 	seen := make(map[any]int, len(nodes))
+	identities := make([]string, len(nodes))
 	for i, n := range nodes {
 		if n == nil {
 			return nil, fmt.Errorf("redlock: node %d is nil", i)
@@ -109,21 +113,49 @@ func newNodes(nodes []Node, o *Options) ([]node, error) {
 			return nil, fmt.Errorf("redlock: nodes %d and %d are the same server (%s); each node must be independent", j, i, name)
 		}
 		seen[identity] = i
+		identities[i] = fmt.Sprintf("~%06d", i) // after every address, in list order
+		if addr, ok := identity.(string); ok && strings.HasPrefix(addr, "address ") {
+			identities[i] = addr
+		}
 		out[i] = node{Node: n, index: i, name: name, sending: new(atomic.Int32)}
 		if c, ok := n.(*redis.Client); ok && !o.NoAutoPipeline {
 			out[i].pipe = &pipeline{client: c, stallAfter: stallAfter(o.NodeTimeout)}
 		}
 	}
+	labelNodes(out, identities)
 	return out, nil
 }
 
+// labelNodes gives each node the label that fencing tokens it owns carry in
+// their low bits: its rank among the nodes' identities (their addresses),
+// sorted. The order in which a process lists the nodes therefore does not
+// matter: every process that names the same servers by the same addresses
+// labels each server alike, which token uniqueness needs (see fencing.go).
+// Nodes that report no address are ranked by their place in the list.
+func labelNodes(nodes []node, identities []string) {
+	byIdentity := make([]int, len(nodes))
+	for i := range byIdentity {
+		byIdentity[i] = i
+	}
+	sort.SliceStable(byIdentity, func(a, b int) bool { return identities[byIdentity[a]] < identities[byIdentity[b]] })
+	for rank, i := range byIdentity {
+		nodes[i].label = uint64(rank)
+	}
+}
+
 // describe names node i for errors, and returns an identity that two
-// Node values share when they reach the same server: the client's address
-// and database where the client says, else the Node value itself.
+// Node values share when they reach the same server: the client's network
+// and address where the client says (databases of one server are one
+// failure domain, so the database does not count), else the Node value
+// itself.
 func describe(i int, n Node) (name string, identity any) {
 	if c, ok := n.(interface{ Options() *redis.Options }); ok {
 		o := c.Options()
-		return fmt.Sprintf("node %d (%s)", i, o.Addr), fmt.Sprintf("%s|%s|%d", o.Network, o.Addr, o.DB)
+		name = fmt.Sprintf("node %d (%s)", i, o.Addr)
+		if o.DB != 0 {
+			name = fmt.Sprintf("node %d (%s, db %d)", i, o.Addr, o.DB)
+		}
+		return name, "address " + o.Network + "|" + o.Addr
 	}
 	name = "node " + strconv.Itoa(i)
 	if reflect.TypeOf(n).Comparable() {

@@ -219,7 +219,9 @@ func TestRemoteNodes(t *testing.T) {
 	secured, plain := miniredis.RunT(t), miniredis.RunT(t)
 	secured.RequireAuth("secret")
 	nodes := "redis://:secret@" + secured.Addr() + "/2," + plain.Addr()
-	out, err := runCLI(t, "-nodes", nodes, "-ops", "20", "-keys", "2", "-impl", "redlock,raw")
+	// Not a test of timing: no errors are allowed, so a NodeTimeout for a
+	// loaded, race-instrumented machine rather than the 50ms default.
+	out, err := runCLI(t, "-nodes", nodes, "-ops", "20", "-keys", "2", "-impl", "redlock,raw", "-node-timeout", "5s")
 	if err != nil || !strings.Contains(out, "2 Redis nodes given by -nodes") {
 		t.Fatalf("run: %v\n%s", err, out)
 	}
