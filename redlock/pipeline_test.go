@@ -478,3 +478,43 @@ func TestPipelineReleaseWithdrawsItsQueuedSetWhenTheQueueIsFull(t *testing.T) {
 	require.NoError(t, l.Drain(t.Context()))
 	assert.False(t, servers[0].Exists("k"), "node 0 holds the key that its release was refused for")
 }
+
+// hungNode is a node whose client honours contexts but never answers: each
+// call ends with its context's error, as go-redis's does when a deadline
+// passes while it dials or waits for a pooled connection.
+type hungNode struct{ *redis.Client }
+
+func (h hungNode) Do(ctx context.Context, args ...any) *redis.Cmd {
+	cmd := redis.NewCmd(ctx, args...)
+	<-ctx.Done()
+	cmd.SetErr(ctx.Err())
+	return cmd
+}
+
+// A call that runs out of its own time (NodeTimeout) fails with
+// errNodeTimeout, which callers can tell from their own deadline: it does not
+// match context.DeadlineExceeded. The caller's own deadline still does.
+func TestNodeTimeoutIsNotTheCallersDeadline(t *testing.T) {
+	m := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { client.Close() })
+	l, err := New([]Node{hungNode{client}}, &Options{NodeTimeout: 20 * time.Millisecond})
+	require.NoError(t, err)
+
+	round := l.fanOut(context.Background(), fan{timeout: l.opts.NodeTimeout}, acquireCommand("k", "v", 1000), readAcquire("v"))
+	_, err = round.Result(0)
+	assert.ErrorIs(t, err, errNodeTimeout)
+	assert.NotErrorIs(t, err, context.DeadlineExceeded, "the node's timeout reads as the caller's deadline: %v", err)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	round = l.fanOut(ctx, fan{timeout: time.Minute}, acquireCommand("k", "v", 1000), readAcquire("v"))
+	_, err = round.Result(0)
+	assert.ErrorIs(t, err, context.DeadlineExceeded, "the caller's own deadline")
+
+	_, err = l.TryLock(context.Background(), "k", time.Minute)
+	var qe *QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.NotErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, l.Drain(t.Context()))
+}
