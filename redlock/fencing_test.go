@@ -513,3 +513,37 @@ func TestTokenLabelsDoNotDependOnTheNodeOrder(t *testing.T) {
 		seen[label] = server
 	}
 }
+
+// A durability check that the network cut short decides nothing: TryLock
+// returns that failure (not ErrNotDurable), and Lock retries until the nodes
+// answer. A verdict the nodes gave (CONFIG GET refused) is ErrNotDurable,
+// which Lock returns at once.
+func TestRequireDurableRetriesNetworkFailures(t *testing.T) {
+	c := newCluster(t, 3)
+	var failing atomic.Int32
+	failing.Store(6) // two checks' worth of nodes
+	errReset := errors.New("connection reset by peer")
+	l := newLocker(t, c.nodes(func(_ int, n redlock.Node) redlock.Node {
+		return &configNode{Node: n, wait: func(context.Context) error {
+			if failing.Add(-1) >= 0 {
+				return errReset
+			}
+			return nil
+		}}
+	}), &redlock.Options{Fencing: true, RequireDurable: true})
+
+	_, err := l.TryLock(t.Context(), "k", time.Minute)
+	require.ErrorContains(t, err, "cannot tell whether a majority of nodes is durable")
+	require.NotErrorIs(t, err, redlock.ErrNotDurable)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	lease, err := l.Lock(ctx, "k", time.Minute)
+	require.NoError(t, err, "Lock retries a check the network cut short")
+	require.NoError(t, lease.Unlock(t.Context()))
+
+	refusing := newLocker(t, c.nodes(nil), &redlock.Options{Fencing: true, RequireDurable: true}) // miniredis: no CONFIG
+	start := time.Now()
+	_, err = refusing.Lock(ctx, "k", time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotDurable)
+	assert.Less(t, time.Since(start), 20*time.Second, "Lock returned the nodes' verdict at once")
+}

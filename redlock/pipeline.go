@@ -333,6 +333,11 @@ func (p *pipeline) exec(batch []job) {
 			again, redo = p.client.Pipeline(), map[string]bool{}
 		}
 		redo[j.key] = true
+		if j.role == roleReleases && j.cmd.Err() == nil {
+			if n, _ := j.cmd.Int64(); n == 1 {
+				continue // it found its value and deleted it: done, and rightly reported so
+			}
+		}
 		j.cmd = j.anew(ctx)
 		_ = again.Process(ctx, j.cmd)
 	}
