@@ -72,12 +72,14 @@ func TestDoExtendsWhileWorkRuns(t *testing.T) {
 }
 
 // When extensions fail (a majority of nodes hung), fn's context is cancelled
-// before the lease's validity runs out, and Do reports the loss.
+// before the lease's validity runs out, and Do reports the loss. Done's
+// margin (the smaller of NodeTimeout and ttl/10, here 300ms) is what the
+// cancellation has to arrive in, so it is sized for a loaded machine.
 func TestDoCancelsWorkWhenExtensionsFail(t *testing.T) {
 	c := newCluster(t, 5)
 	proxies, nodes := c.proxied(t)
-	l := newLocker(t, nodes, &redlock.Options{NodeTimeout: 50 * time.Millisecond})
-	const ttl = 600 * time.Millisecond
+	l := newLocker(t, nodes, &redlock.Options{NodeTimeout: 300 * time.Millisecond})
+	const ttl = 3 * time.Second
 	var until, cancelled time.Time
 	err := l.Do(t.Context(), "k", ttl, func(ctx context.Context, lease *redlock.Lease) error {
 		until = lease.Until()
@@ -121,7 +123,8 @@ func TestDone(t *testing.T) {
 	l := newLocker(t, c.nodes(nil), &redlock.Options{NodeTimeout: time.Second})
 
 	t.Run("closes before validity runs out", func(t *testing.T) {
-		lease, err := l.TryLock(t.Context(), "a", 200*time.Millisecond)
+		// A margin of 100ms (a tenth of the TTL) for the timer to fire in.
+		lease, err := l.TryLock(t.Context(), "a", time.Second)
 		require.NoError(t, err)
 		select {
 		case <-lease.Done():
