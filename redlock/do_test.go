@@ -212,29 +212,85 @@ func waitUntil(ctx context.Context, cond func() bool) bool {
 }
 
 // Three of five nodes stop answering around Do's first extension, which
-// fails; nothing refuted the lease, every node still holds its key with
+// fails; nothing refuted the lease, the nodes that hold it still do with
 // validity to spare, so the work goes on and a later extension succeeds.
+// "at once": the outage begins as fn starts, so the acquisition's SETs still
+// in flight on those nodes fail, and once the outage is over those nodes
+// answer that the key is missing: they never held it, which refutes nothing.
 func TestDoKeepsTheLeaseThroughABriefOutage(t *testing.T) {
-	c := newCluster(t, 5)
-	blip := &outage{}
-	for _, cl := range c.clients[:3] {
-		cl.AddHook(blip)
+	for _, afterEveryGrant := range []bool{true, false} {
+		t.Run(map[bool]string{true: "after every node granted", false: "at once"}[afterEveryGrant], func(t *testing.T) {
+			c := newCluster(t, 5)
+			blip := &outage{}
+			for _, cl := range c.clients[:3] {
+				cl.AddHook(blip)
+			}
+			l := newLocker(t, c.nodes(nil), &redlock.Options{NodeTimeout: time.Second})
+			err := l.Do(t.Context(), "k", 3*time.Second, func(ctx context.Context, lease *redlock.Lease) error {
+				if afterEveryGrant {
+					drain(t, l)
+				}
+				blip.on.Store(true)
+				if !waitUntil(ctx, func() bool { return blip.failures.Load() >= 3 }) {
+					return fmt.Errorf("no extension failed during the outage: %w", context.Cause(ctx))
+				}
+				blip.on.Store(false)
+				before := lease.Until()
+				assert.Positive(t, lease.Validity(), "a failed extension that nothing refuted keeps the validity")
+				if !waitUntil(ctx, func() bool { return lease.Until().After(before) }) {
+					return fmt.Errorf("no extension succeeded after the outage: %w", context.Cause(ctx))
+				}
+				return context.Cause(ctx)
+			})
+			require.NoError(t, err)
+		})
 	}
-	l := newLocker(t, c.nodes(nil), &redlock.Options{NodeTimeout: time.Second})
-	err := l.Do(t.Context(), "k", 3*time.Second, func(ctx context.Context, lease *redlock.Lease) error {
-		blip.on.Store(true)
-		if !waitUntil(ctx, func() bool { return blip.failures.Load() >= 3 }) {
-			return fmt.Errorf("no extension failed during the outage: %w", context.Cause(ctx))
-		}
-		blip.on.Store(false)
-		before := lease.Until()
-		assert.Positive(t, lease.Validity(), "a failed extension that nothing refuted keeps the validity")
-		if !waitUntil(ctx, func() bool { return lease.Until().After(before) }) {
-			return fmt.Errorf("no extension succeeded after the outage: %w", context.Cause(ctx))
-		}
-		return context.Cause(ctx)
-	})
-	require.NoError(t, err)
+}
+
+// A failed Extend loses the lease only when the answers leave fewer than a
+// majority of nodes that may still hold it. Nodes 0 and 1 start with another
+// holder's value, so exactly nodes 2, 3 and 4 grant; then nodes 0 and 1 are
+// freed and stop answering, and node 2 loses the key or not.
+func TestExtendFailureLosesOnlyWhatTheNodesRefuted(t *testing.T) {
+	for _, holderLostIt := range []bool{false, true} {
+		t.Run(map[bool]string{false: "holders failed or answered", true: "a holder lost the key"}[holderLostIt], func(t *testing.T) {
+			c := newCluster(t, 5)
+			blip := &outage{}
+			for _, cl := range c.clients[:2] {
+				cl.AddHook(blip)
+			}
+			blip2 := &outage{}
+			c.clients[3].AddHook(blip2)
+			l := newLocker(t, c.nodes(nil), nil)
+			c.setOther(t, "k", 0, 1)
+			lease, err := l.TryLock(t.Context(), "k", time.Minute)
+			require.NoError(t, err)
+			drain(t, l)
+			require.Equal(t, []int{2, 3, 4}, c.holding("k", lease.Value()))
+			c.servers[0].Del("k")
+			c.servers[1].Del("k")
+			blip.on.Store(true)
+			if holderLostIt {
+				c.servers[2].Del("k") // a holder answers: missing
+			} else {
+				blip2.on.Store(true) // a holder fails
+			}
+			before := lease.Validity()
+			err = lease.Extend(t.Context(), time.Minute)
+			require.Error(t, err)
+			select {
+			case <-lease.Done():
+				assert.True(t, holderLostIt, "lost although nodes 2, 3 and 4 may all still hold it")
+			default:
+				assert.False(t, holderLostIt, "two of five may still hold it, yet the lease is kept")
+				assert.Positive(t, lease.Validity())
+				assert.LessOrEqual(t, lease.Validity(), before, "a failed extension adds no validity")
+			}
+			blip.on.Store(false)
+			blip2.on.Store(false)
+			_ = lease.Unlock(t.Context())
+		})
+	}
 }
 
 // Whatever the clock, a lease whose validity ran out or that the nodes no

@@ -18,6 +18,7 @@ type Lease struct {
 	value    string
 	token    uint64
 	acquired *quorum.Round[Outcome] // the SETs, which every release must follow
+	heldBy   *quorum.Round[Outcome] // the round that set the current validity (acquisition or last extension); under op
 
 	op sync.Mutex // serializes Extend, Unlock and Check
 
@@ -191,12 +192,14 @@ func (l *Lease) usable(op string) error {
 // measured from the start of the extension. It refuses a lease whose validity
 // has already run out: a lapsed lock is not resurrected.
 //
-// A failed Extend takes away only what the nodes said. Where a node answered
-// that the value is gone or replaced, the lease is lost: its Validity is <= 0
-// and Done closes. Where nodes merely failed or were slow, nothing was
-// refuted: the keys expire no earlier than before, and no earlier than the
-// extension's TTL where it applied, so the lease keeps the smaller of its
-// validity and the extension's, and Extend may be tried again.
+// A failed Extend takes away only what the nodes said. The lease is lost
+// (Validity <= 0, Done closed) when nodes that held its value answered that
+// it is gone or replaced, leaving fewer than a majority that may still hold
+// it, or when a majority answered so. Where nodes merely failed or were
+// slow, or only nodes that never held the value answered that it is missing,
+// nothing was refuted: the keys expire no earlier than before, and no earlier
+// than the extension's TTL where it applied, so the lease keeps the smaller
+// of its validity and the extension's, and Extend may be tried again.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if l == nil {
 		return errors.New("redlock: Extend on a nil *Lease")
@@ -219,6 +222,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	tally := round.Decide(ctx, min(lk.opts.NodeTimeout, req.budget), granted)
 	until := start.Add(req.budget)
 	if tally.Won && until.After(lk.opts.Clock.Now()) {
+		l.heldBy = round
 		l.mu.Lock()
 		l.until = until
 		if l.timer != nil && !l.closed {
@@ -227,23 +231,38 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		l.mu.Unlock()
 		return nil
 	}
-	if refuted(tally) {
+	e := lk.roundError(ctx, "extend", l.key, tally)
+	if errors.Is(e.Cause, ErrNotHeld) || l.refuted(tally) {
 		l.expire()
 	} else {
 		l.shorten(until)
 	}
-	return lk.roundError(ctx, "extend", l.key, tally)
+	return e
 }
 
-// refuted reports whether any node in tally answered that the lease's value
-// is gone or replaced there.
-func refuted(tally quorum.Tally[Outcome]) bool {
-	for _, v := range tally.Votes {
-		if v.Replied && v.Err == nil && (v.Value == Taken || v.Value == Missing) {
-			return true
+// refuted reports whether tally's answers leave fewer than a majority of
+// nodes that may still hold the lease: of the nodes that granted the round
+// that set its validity (heldBy; a grant that arrived after that round's
+// decision counts too), those that now answered that the value is gone or
+// replaced no longer hold it. A node that never granted says nothing by
+// answering that the value is missing. l.op is held.
+func (l *Lease) refuted(tally quorum.Tally[Outcome]) bool {
+	may := 0
+	for i, v := range tally.Votes {
+		select {
+		case <-l.heldBy.Settled(i):
+		default:
+			continue // still unanswered: not known to hold it
 		}
+		if o, err := l.heldBy.Result(i); err != nil || o != Granted {
+			continue
+		}
+		if v.Replied && v.Err == nil && (v.Value == Taken || v.Value == Missing) {
+			continue // held it, and no longer does
+		}
+		may++
 	}
-	return false
+	return may < tally.Need
 }
 
 // shorten brings the lease's validity forward to until if that is earlier.

@@ -200,7 +200,7 @@ func (l *Locker) attempt(ctx context.Context, req request) (*Lease, error) {
 		token, err = l.fence(ctx, req, value, round, tally, counters, until)
 	}
 	if err == nil && tally.Won && until.After(l.opts.Clock.Now()) {
-		return &Lease{locker: l, key: req.key, value: value, token: token, acquired: round, ttl: req.granted, until: until}, nil
+		return &Lease{locker: l, key: req.key, value: value, token: token, acquired: round, heldBy: round, ttl: req.granted, until: until}, nil
 	}
 
 	// Release everywhere: at once where the SET has returned, and on the
