@@ -389,9 +389,12 @@ func TestLockRetriesUntilFree(t *testing.T) {
 	got := append([]time.Time(nil), attempts...)
 	mu.Unlock()
 	require.GreaterOrEqual(t, len(got), 2)
-	for i := 1; i < len(got); i++ {
-		assert.GreaterOrEqual(t, got[i].Sub(got[i-1]), 20*time.Millisecond, "Lock must never spin")
-	}
+	// Each attempt starts at least RetryDelay after the previous one
+	// returned, so 200ms hold at most 1+200/20 of them. (The gaps between
+	// the SETs' arrival at node 0 are not the delays: a loaded scheduler
+	// sends one SET late and the next on time. TestLockRetryDelaysAreJittered
+	// checks the exact gaps on fake time.)
+	assert.LessOrEqual(t, len(got), 11, "Lock must never spin")
 
 	// Once the holder unlocks, a waiting Lock wins.
 	time.AfterFunc(50*time.Millisecond, func() { held.Unlock(context.Background()) })
