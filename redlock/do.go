@@ -80,8 +80,8 @@ func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 // that failed without losing the lease, it tries again soon.
 func (l *Locker) keepExtending(ctx context.Context, lease *Lease, ttl time.Duration, stop <-chan struct{}) {
 	started := l.opts.Clock.Now()
-	every := ttl / 3
-	wait := every - every/4 + mathrand.N(every/2+1) // ttl/3 ± ttl/12
+	nextExtension := func() time.Duration { return ttl/3 - ttl/12 + mathrand.N(ttl/6+1) } // ttl/3 ± ttl/12
+	wait := nextExtension()
 	for {
 		timer := time.NewTimer(wait)
 		select {
@@ -99,17 +99,13 @@ func (l *Locker) keepExtending(ctx context.Context, lease *Lease, ttl time.Durat
 		err := lease.Extend(context.WithoutCancel(ctx), ttl)
 		switch {
 		case err == nil:
-			wait = every - every/4 + mathrand.N(every/2+1)
+			wait = nextExtension()
 		case errors.Is(err, ErrNotHeld):
 			return // refuted, or its validity ran out: Done closes
 		default:
 			// Nodes failed; nothing was refuted and the lease keeps its
 			// validity. Try again soon; Done's margin bounds the retries.
-			wait = l.opts.RetryDelay
-			if l.opts.RetryJitter > 0 {
-				wait += mathrand.N(l.opts.RetryJitter)
-			}
-			wait = min(wait, ttl/6)
+			wait = min(l.retryWait(), ttl/6)
 		}
 	}
 }

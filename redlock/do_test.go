@@ -199,6 +199,15 @@ func (o *outage) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 	}
 }
 
+// outage hooks a new outage into the clients of servers idx.
+func (c *cluster) outage(idx ...int) *outage {
+	o := &outage{}
+	for _, i := range idx {
+		c.clients[i].AddHook(o)
+	}
+	return o
+}
+
 // waitUntil polls cond until it holds (true) or ctx ends or 10s pass (false).
 func waitUntil(ctx context.Context, cond func() bool) bool {
 	deadline := time.Now().Add(10 * time.Second)
@@ -221,10 +230,7 @@ func TestDoKeepsTheLeaseThroughABriefOutage(t *testing.T) {
 	for _, afterEveryGrant := range []bool{true, false} {
 		t.Run(map[bool]string{true: "after every node granted", false: "at once"}[afterEveryGrant], func(t *testing.T) {
 			c := newCluster(t, 5)
-			blip := &outage{}
-			for _, cl := range c.clients[:3] {
-				cl.AddHook(blip)
-			}
+			blip := c.outage(0, 1, 2)
 			l := newLocker(t, c.nodes(nil), &redlock.Options{NodeTimeout: time.Second})
 			err := l.Do(t.Context(), "k", 3*time.Second, func(ctx context.Context, lease *redlock.Lease) error {
 				if afterEveryGrant {
@@ -255,12 +261,7 @@ func TestExtendFailureLosesOnlyWhatTheNodesRefuted(t *testing.T) {
 	for _, holderLostIt := range []bool{false, true} {
 		t.Run(map[bool]string{false: "holders failed or answered", true: "a holder lost the key"}[holderLostIt], func(t *testing.T) {
 			c := newCluster(t, 5)
-			blip := &outage{}
-			for _, cl := range c.clients[:2] {
-				cl.AddHook(blip)
-			}
-			blip2 := &outage{}
-			c.clients[3].AddHook(blip2)
+			blip, blip2 := c.outage(0, 1), c.outage(3)
 			l := newLocker(t, c.nodes(nil), nil)
 			c.setOther(t, "k", 0, 1)
 			lease, err := l.TryLock(t.Context(), "k", time.Minute)

@@ -40,8 +40,9 @@ import (
 // token = t<<8 | label. The label must name the same server in every
 // process, so it is the node's rank among the nodes' addresses sorted, not
 // its place in the list given to New (two processes may list the servers in
-// different orders); processes must name the servers by the same addresses. Both hold only while nodes keep their counters: run
-// them with AOF and appendfsync always, and maxmemory-policy noeviction
+// different orders); processes must name the servers by the same addresses.
+// Both hold only while nodes keep their counters: run them with AOF and
+// appendfsync always, and maxmemory-policy noeviction
 // (see Locker.Durability). Counters never expire: expiring one would restart
 // it below tokens already issued. Each costs one small key per lock name per
 // node.
@@ -90,9 +91,7 @@ func counterOf(key string) (lock string, ok bool) {
 
 // acquireFencedCommand is phase 1: SET NX PX and, if set, INCR.
 func acquireFencedCommand(key, counter, value string, ms int64) command {
-	c := scriptCommand(acquireFencedScript, []string{key, counter}, value, ms)
-	c.lease, c.role = value, roleSets
-	return c
+	return scriptCommand(acquireFencedScript, []string{key, counter}, value, ms).of(value, roleSets)
 }
 
 // readFenced reads phase 1's reply, storing node i's counter in counters[i].
@@ -149,8 +148,7 @@ func (l *Locker) fence(ctx context.Context, req request, value string, phase1 *q
 		}
 		return nil
 	}
-	c := scriptCommand(fenceScript, []string{req.key, req.counter}, value, want)
-	c.lease, c.role = value, roleFences
+	c := scriptCommand(fenceScript, []string{req.key, req.counter}, value, want).of(value, roleFences)
 	phase2 := l.fanOut(ctx, fan{after: phase1, skip: notGranted, timeout: l.opts.NodeTimeout}, c, readScript)
 	left := until.Sub(l.opts.Clock.Now())
 	if left <= 0 {
@@ -289,18 +287,18 @@ func (l *Locker) requireDurable(ctx context.Context) error {
 		}
 	}
 	n, need := len(l.nodes), quorum.Majority(len(l.nodes))
+	detail := strings.Join(append(short, unknown...), "; ")
 	switch {
 	case durable >= need:
 		l.durable.store(started, nil)
 		return nil
 	case notDurable > n-need:
-		err := fmt.Errorf("%w: %d of %d durable; %s", ErrNotDurable, durable, n, strings.Join(append(short, unknown...), "; "))
+		err := fmt.Errorf("%w: %d of %d durable; %s", ErrNotDurable, durable, n, detail)
 		l.durable.store(started, err)
 		return err
-	}
-	if ctx.Err() != nil {
+	case ctx.Err() != nil:
 		return fmt.Errorf("redlock: checking the nodes' durability: %w", contextError(ctx))
 	}
 	return fmt.Errorf("redlock: cannot tell whether a majority of nodes is durable: %d durable, %d not, %d did not answer; %s",
-		durable, notDurable, len(unknown), strings.Join(append(short, unknown...), "; "))
+		durable, notDurable, len(unknown), detail)
 }

@@ -224,10 +224,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if tally.Won && until.After(lk.opts.Clock.Now()) {
 		l.heldBy = round
 		l.mu.Lock()
-		l.until = until
-		if l.timer != nil && !l.closed {
-			l.timer.Reset(l.leftLocked())
-		}
+		l.setUntilLocked(until)
 		l.mu.Unlock()
 		return nil
 	}
@@ -270,10 +267,15 @@ func (l *Lease) shorten(until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if until.Before(l.until) {
-		l.until = until
-		if l.timer != nil && !l.closed {
-			l.timer.Reset(l.leftLocked())
-		}
+		l.setUntilLocked(until)
+	}
+}
+
+// setUntilLocked moves the end of validity, and Done's timer with it.
+func (l *Lease) setUntilLocked(until time.Time) {
+	l.until = until
+	if l.timer != nil && !l.closed {
+		l.timer.Reset(l.leftLocked())
 	}
 }
 

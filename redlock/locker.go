@@ -101,11 +101,7 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 			decided = err
 		}
 		if ctx.Err() == nil {
-			wait := l.opts.RetryDelay
-			if l.opts.RetryJitter > 0 {
-				wait += mathrand.N(l.opts.RetryJitter)
-			}
-			timer := time.NewTimer(wait)
+			timer := time.NewTimer(l.retryWait())
 			select {
 			case <-timer.C:
 				continue
@@ -118,6 +114,16 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 		}
 		return nil, fmt.Errorf("redlock: lock %q: gave up after %d attempts: %w; last decided attempt: %w", key, attempts, contextError(ctx), decided)
 	}
+}
+
+// retryWait is a random delay in [RetryDelay, RetryDelay+RetryJitter): how
+// long Lock waits between attempts, and Do after a failed extension.
+func (l *Locker) retryWait() time.Duration {
+	wait := l.opts.RetryDelay
+	if l.opts.RetryJitter > 0 {
+		wait += mathrand.N(l.opts.RetryJitter)
+	}
+	return wait
 }
 
 // Drain waits until every call this Locker still has in flight has returned:
@@ -334,9 +340,7 @@ func settle(round *quorum.Round[Outcome], calls *tracker, i int, o Outcome, err 
 // still worth sending until the key would have expired anyway.
 func (l *Locker) release(ctx context.Context, key, value string, acquired *quorum.Round[Outcome], ttl time.Duration) *quorum.Round[Outcome] {
 	f := fan{after: acquired, timeout: max(ttl, l.opts.NodeTimeout), release: key}
-	c := scriptCommand(releaseScript, []string{key}, value)
-	c.lease, c.role = value, roleReleases
-	return l.fanOut(context.WithoutCancel(ctx), f, c, readScript)
+	return l.fanOut(context.WithoutCancel(ctx), f, scriptCommand(releaseScript, []string{key}, value).of(value, roleReleases), readScript)
 }
 
 func granted(o Outcome, err error) bool { return err == nil && o == Granted }

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -108,14 +108,14 @@ func newNodes(nodes []Node, o *Options) ([]node, error) {
 		if v := reflect.ValueOf(n); v.Kind() == reflect.Pointer && v.IsNil() {
 			return nil, fmt.Errorf("redlock: node %d is a nil %T", i, n)
 		}
-		name, identity := describe(i, n)
+		name, addr, identity := describe(i, n)
 		if j, dup := seen[identity]; dup {
 			return nil, fmt.Errorf("redlock: nodes %d and %d are the same server (%s); each node must be independent", j, i, name)
 		}
 		seen[identity] = i
-		identities[i] = fmt.Sprintf("~%06d", i) // after every address, in list order
-		if addr, ok := identity.(string); ok && strings.HasPrefix(addr, "address ") {
-			identities[i] = addr
+		identities[i] = addr
+		if addr == "" {
+			identities[i] = fmt.Sprintf("~%06d", i) // after every address, in list order
 		}
 		out[i] = node{Node: n, index: i, name: name, sending: new(atomic.Int32)}
 		if c, ok := n.(*redis.Client); ok && !o.NoAutoPipeline {
@@ -137,31 +137,32 @@ func labelNodes(nodes []node, identities []string) {
 	for i := range byIdentity {
 		byIdentity[i] = i
 	}
-	sort.SliceStable(byIdentity, func(a, b int) bool { return identities[byIdentity[a]] < identities[byIdentity[b]] })
+	slices.SortFunc(byIdentity, func(a, b int) int { return strings.Compare(identities[a], identities[b]) }) // distinct: New rejects duplicates
 	for rank, i := range byIdentity {
 		nodes[i].label = uint64(rank)
 	}
 }
 
-// describe names node i for errors, and returns an identity that two
-// Node values share when they reach the same server: the client's network
-// and address where the client says (databases of one server are one
-// failure domain, so the database does not count), else the Node value
-// itself.
-func describe(i int, n Node) (name string, identity any) {
+// describe names node i for errors, and returns the server's address where
+// the client says ("" otherwise) and an identity that two Node values share
+// when they reach the same server: the client's network and address
+// (databases of one server are one failure domain, so the database does not
+// count), else the Node value itself.
+func describe(i int, n Node) (name, addr string, identity any) {
 	if c, ok := n.(interface{ Options() *redis.Options }); ok {
 		o := c.Options()
 		name = fmt.Sprintf("node %d (%s)", i, o.Addr)
 		if o.DB != 0 {
 			name = fmt.Sprintf("node %d (%s, db %d)", i, o.Addr, o.DB)
 		}
-		return name, "address " + o.Network + "|" + o.Addr
+		addr = o.Network + "|" + o.Addr
+		return name, addr, addr
 	}
 	name = "node " + strconv.Itoa(i)
 	if reflect.TypeOf(n).Comparable() {
-		return name, n
+		return name, "", n
 	}
-	return name, name // not comparable: cannot tell, so treat as distinct
+	return name, "", name // not comparable: cannot tell, so treat as distinct
 }
 
 // command is what a round sends to each node: a plain command, or a script
@@ -189,6 +190,12 @@ const (
 
 func scriptCommand(s *script, keys []string, argv ...any) command {
 	return command{key: keys[0], script: s, keys: keys, argv: argv}
+}
+
+// of marks c as acting for the lease with value, in role r.
+func (c command) of(value string, r role) command {
+	c.lease, c.role = value, r
+	return c
 }
 
 // wire is the command as a pipeline sends it: a script goes as EVALSHA.
@@ -228,7 +235,7 @@ type reader func(i int, cmd *redis.Cmd) (Outcome, error)
 // acquireCommand is SET key value NX PX ms GET. GET makes the reply tell the
 // cases apart (see readAcquire).
 func acquireCommand(key, value string, ms int64) command {
-	return command{key: key, args: []any{"SET", key, value, "NX", "PX", ms, "GET"}, lease: value, role: roleSets}
+	return command{key: key, args: []any{"SET", key, value, "NX", "PX", ms, "GET"}}.of(value, roleSets)
 }
 
 // readAcquire reads acquireCommand's reply: nil means this call set the key;

@@ -132,8 +132,7 @@ func (p *pipeline) submit(j job) bool {
 		if j.role != roleReleases || !p.withdraw(j.key, j.lease) {
 			return false
 		}
-		j.cmd.SetVal(int64(1)) // the value is not on the node: released
-		j.deliver()            // never blocks
+		settle(j.round, j.calls, j.node, Granted, nil) // the value never reached the node: released
 		return true
 	}
 	p.queue = append(p.queue, j)
