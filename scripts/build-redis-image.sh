@@ -1,26 +1,61 @@
 #!/usr/bin/env bash
-# Builds a minimal Redis image from this machine's redis-server, for machines
-# that cannot pull one: the real binary (Debian's /usr/bin/redis-server is a
-# symlink, and Redis picks its mode from its program name, so the resolved file
-# is copied to a path named redis-server), every library ldd lists, the dynamic
-# loader, /data and /tmp. Usage: build-redis-image.sh IMAGE
+# Makes the Docker image redlock-test/SERVER for the integration tests,
+# idempotently: an image of that name that exists already is kept. The image
+# is pulled from a public registry where one answers (redis:7.0, redis:8.0,
+# valkey/valkey:8.1) and otherwise built offline from Debian's packages, which
+# scripts/fetch-redis-server.sh fetches and unpacks: the unpacked tree is the
+# image's root, so the loader and libraries simply sit at their usual paths.
+#
+# Usage: build-redis-image.sh SERVER     SERVER: redis:7.0 | redis:8.0 | valkey:8.1
+#
+# In the image, NAME-server and NAME-cli are on PATH (NAME: redis or valkey);
+# the working directory is /data. The last line on stdout is the image.
 set -euo pipefail
-image=${1:?usage: build-redis-image.sh IMAGE}
-bin=$(readlink -f "$(command -v redis-server || echo /usr/bin/redis-server)")
-[ -x "$bin" ] || { echo "build-redis-image: redis-server not found (apt-get install redis-server)" >&2; exit 1; }
+log() { echo "build-redis-image: $*" >&2; }
+here=$(cd "$(dirname "$0")" && pwd)
+server=${1:?usage: build-redis-image.sh redis:7.0|redis:8.0|valkey:8.1}
+name=${server%%:*}
+image="redlock-test/$server"
 
+if docker image inspect "$image" >/dev/null 2>&1; then
+	log "$image exists"
+	echo "$image"
+	exit 0
+fi
+
+public=$server
+[ "$name" = valkey ] && public="valkey/valkey:${server#*:}"
+if timeout 30 docker pull -q "$public" >/dev/null 2>&1; then
+	docker tag "$public" "$image"
+	log "$image: pulled $public"
+	echo "$image"
+	exit 0
+fi
+
+dir=$("$here/fetch-redis-server.sh" "$server" | tail -n 1)
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
-mkdir -p "$root/usr/local/bin" "$root/data" "$root/tmp"
-chmod 1777 "$root/tmp"
-cp "$bin" "$root/usr/local/bin/redis-server"
-for lib in $(ldd "$bin" | grep -o '/[^ ]*'); do
-	mkdir -p "$root$(dirname "$lib")"
-	cp -L "$lib" "$root$lib"
+cp -a "$dir/root/." "$root/"
+# Debian trixie keeps its libraries under /usr only (the merged /usr that
+# base-files, not libc6, completes with these links); binaries ask for
+# /lib64/ld-linux-x86-64.so.2.
+for d in lib lib64; do
+	if [ ! -e "$root/$d" ] && [ -d "$root/usr/$d" ]; then ln -s "usr/$d" "$root/$d"; fi
 done
-echo "build-redis-image: $image from $bin ($("$root/usr/local/bin/redis-server" --version | grep -o "v=[0-9.]*"))" >&2
+mkdir -p "$root/data" "$root/tmp" "$root/usr/local/bin"
+chmod 1777 "$root/tmp"
+# The server picks its mode from its program name: NAME-server must be a name
+# for NAME-check-rdb (as Debian's NAME-server package links it).
+ln -sf "/usr/bin/$name-check-rdb" "$root/usr/local/bin/$name-server"
+ln -sf "/usr/bin/$name-cli" "$root/usr/local/bin/$name-cli"
+version=$(cat "$dir/VERSION")
+log "$image: building from Debian's packages ($version)"
 tar -C "$root" -c . | docker import \
-	--change 'ENV PATH=/usr/local/bin' \
+	--change 'ENV PATH=/usr/local/bin:/usr/bin' \
 	--change 'WORKDIR /data' \
-	--change 'CMD ["redis-server", "--protected-mode", "no"]' \
+	--change "LABEL redlock.server=$server" \
+	--change "CMD [\"$name-server\", \"--protected-mode\", \"no\"]" \
 	- "$image" >/dev/null
+# The image must run: a server that starts and reports its version.
+docker run --rm "$image" "$name-server" --version >&2
+echo "$image"

@@ -2,8 +2,9 @@
 # Makes this machine ready for the integration tests, idempotently: installs
 # docker.io and redis-server if missing (as root, with apt-get), starts dockerd
 # if no daemon answers, removes containers left by an earlier crashed run, and
-# finds or builds the Redis test image. Logs go to stderr; the last line on
-# stdout is the image to use.
+# pulls or builds the image of every server the tests run on: redlock-test/redis:7.0,
+# redlock-test/redis:8.0 and redlock-test/valkey:8.1 ($REDLOCK_TEST_SERVERS
+# chooses others among these). Logs go to stderr.
 set -euo pipefail
 log() { echo "integration-setup: $*" >&2; }
 here=$(cd "$(dirname "$0")" && pwd)
@@ -45,17 +46,9 @@ if [ -n "$stale" ]; then
 	docker rm -f $stale >/dev/null
 fi
 
-image=${REDLOCK_TEST_IMAGE:-redis:7}
-if ! docker image inspect "$image" >/dev/null 2>&1; then
-	if timeout 30 docker pull -q "$image" >/dev/null 2>&1; then
-		log "pulled $image"
-	else
-		image=${REDLOCK_LOCAL_IMAGE:-redlock-test/redis:local}
-		if ! docker image inspect "$image" >/dev/null 2>&1; then
-			log "cannot pull ${REDLOCK_TEST_IMAGE:-redis:7}; building $image from the local redis-server"
-			"$here/build-redis-image.sh" "$image"
-		fi
-	fi
-fi
-log "test image: $image"
-echo "$image"
+# One image per server the suite runs on (scripts/build-redis-image.sh pulls it
+# or builds it offline from Debian's packages).
+for server in ${REDLOCK_TEST_SERVERS:-redis:7.0 redis:8.0 valkey:8.1}; do
+	"$here/build-redis-image.sh" "$server" >/dev/null
+done
+log "images: $(docker images --format '{{.Repository}}:{{.Tag}}' 'redlock-test/*' | sort | tr '\n' ' ')"

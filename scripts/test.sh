@@ -7,32 +7,41 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# stage prints a stage's heading and the time the previous one took.
+stage_name= stage_start=$SECONDS
+stage() {
+	[ -n "$stage_name" ] && echo "== ($stage_name: $((SECONDS - stage_start))s)"
+	stage_name=$1 stage_start=$SECONDS
+	echo "== $1"
+}
+trap '[ -n "$stage_name" ] && echo "== ($stage_name: $((SECONDS - stage_start))s; $((SECONDS / 60))m$((SECONDS % 60))s in all)"' EXIT
+
 echo "== go: $(go version)"
-echo "== gofmt"
+stage "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
 	echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
-echo "== go mod tidy: nothing to change in either module"
+stage "go mod tidy: nothing to change in either module"
 go mod tidy -diff
 (cd test/integration && go mod tidy -diff)
-echo "== go vet"
+stage "go vet"
 go vet ./...
 (cd test/integration && go vet ./...)
 if [ "${REDLOCK_SKIP_INTEGRATION:-}" != 1 ]; then
 	# First, so that redis-server is installed for the CLI's -spawn test too.
-	echo "== integration set-up"
-	REDLOCK_TEST_IMAGE=$(scripts/integration-setup.sh | tail -n 1)
-	export REDLOCK_TEST_IMAGE TESTCONTAINERS_RYUK_DISABLED=true TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1
+	stage "integration set-up: Docker and the server images"
+	scripts/integration-setup.sh
+	export TESTCONTAINERS_RYUK_DISABLED=true TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1
 fi
-echo "== unit and in-process tests: go test -race ./..."
+stage "unit and in-process tests: go test -race ./..."
 go test -race -count=1 ./...
 # The coordinator has two transports: the auto-pipeline it gives *redis.Client
 # nodes by default, and a goroutine and pooled connection per call
 # (Options.NoAutoPipeline, and any other Node type). Test both.
-echo "== the coordinator again over its direct transport: REDLOCK_TEST_TRANSPORT=direct go test -race ./redlock/"
+stage "the coordinator again over its direct transport: REDLOCK_TEST_TRANSPORT=direct go test -race ./redlock/"
 REDLOCK_TEST_TRANSPORT=direct go test -race -count=1 ./redlock/
-echo "== fencing schedules, full set without the race detector's slowdown"
+stage "fencing schedules, full set without the race detector's slowdown"
 sched=$(mktemp)
 if ! go test -count=1 -run 'TestFencingOrderUnderRandomSchedules' -v ./redlock/ >"$sched" 2>&1; then
 	grep -v 'pool.go' "$sched"; rm -f "$sched"; exit 1
@@ -44,19 +53,27 @@ if [ "${REDLOCK_SKIP_INTEGRATION:-}" = 1 ]; then
 	exit 0
 fi
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-for transport in auto-pipeline direct; do
-	echo "== integration tests on real Redis containers ($REDLOCK_TEST_IMAGE), $transport transport: go test -race ./test/integration/..."
-	start=$SECONDS
-	if ! (cd test/integration && REDLOCK_TEST_TRANSPORT=$transport go test -race -count=1 -v -timeout 20m ./...) >"$log" 2>&1; then
+trap 'rm -f "$log"; [ -n "$stage_name" ] && echo "== ($stage_name: $((SECONDS - stage_start))s; $((SECONDS / 60))m$((SECONDS % 60))s in all)"' EXIT
+# The whole suite on every server, over the auto-pipeline; on Redis 7.0 over
+# the direct transport too. The rolling upgrade starts its own mix of servers,
+# so it runs once.
+runs="redis:7.0/auto-pipeline redis:7.0/direct redis:8.0/auto-pipeline valkey:8.1/auto-pipeline"
+for run in $runs; do
+	server=${run%/*} transport=${run#*/}
+	skip=()
+	[ "$run" != redis:7.0/auto-pipeline ] && skip=(-skip 'TestRollingUpgrade')
+	stage "integration tests on $server containers, $transport transport: go test -race ./test/integration/... ${skip[*]}"
+	if ! (cd test/integration && REDLOCK_TEST_SERVER=$server REDLOCK_TEST_TRANSPORT=$transport \
+		go test -race -count=1 -v -timeout 20m "${skip[@]}" ./...) >"$log" 2>&1; then
 		cat "$log"
-		echo "== integration tests FAILED ($transport transport)"
+		echo "== integration tests FAILED ($server, $transport transport)"
 		exit 1
 	fi
 	grep -E '^(=== RUN|--- |\s+--- |ok|PASS|FAIL)|_test\.go:[0-9]+:' "$log" | grep -v '^=== RUN' || true
 	if grep -q -- '--- SKIP' "$log"; then
 		echo "== integration tests were skipped; that is a failure here"; exit 1
 	fi
-	echo "== integration ($transport): $(grep -c -- '^--- PASS' "$log") tests passed in $((SECONDS - start))s"
+	echo "== integration ($server, $transport): $(grep -c -- '^--- PASS' "$log") tests passed"
 done
+stage "done"
 echo "== all tests passed"

@@ -7,14 +7,19 @@
 // Every address a test dials is on 127.0.0.1: container ports are published
 // on loopback only, and the proxies listen there too.
 //
-// The image is $REDLOCK_TEST_IMAGE (default redis:7); scripts/test.sh builds
-// a local one where no registry can be reached. The tests need
+// Each node runs one server: Redis 7.0, Redis 8.0 or Valkey 8.1, from the
+// images redlock-test/redis:7.0, redlock-test/redis:8.0 and
+// redlock-test/valkey:8.1 that scripts/integration-setup.sh pulls or builds
+// offline; $REDLOCK_TEST_SERVER chooses the suite's. Nodes can serve TLS
+// only, and be replaced by another server on the same data (a rolling
+// upgrade). The tests need
 // TESTCONTAINERS_RYUK_DISABLED=true and TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1
 // on machines without a reaper image; Setup sets them if unset.
 package harness
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -43,8 +48,11 @@ import (
 // can remove those left behind by a crashed run.
 const Label = "redlock.test"
 
-// DefaultImage is used when $REDLOCK_TEST_IMAGE is unset.
-const DefaultImage = "redis:7"
+// DefaultServer is the suite's server when $REDLOCK_TEST_SERVER is unset.
+const DefaultServer = "redis:7.0"
+
+// Servers are the servers scripts/integration-setup.sh makes images of.
+var Servers = []string{"redis:7.0", "redis:8.0", "valkey:8.1"}
 
 // Setup sets the environment testcontainers-go needs here, unless the caller
 // set it: no reaper container, and the Docker host reached on loopback. Call
@@ -60,33 +68,61 @@ func Setup() {
 	}
 }
 
-// Image returns the Redis image the tests run.
-func Image() string {
-	if img := os.Getenv("REDLOCK_TEST_IMAGE"); img != "" {
-		return img
+// SuiteServer returns the server the suite runs on: $REDLOCK_TEST_SERVER
+// (redis:7.0, redis:8.0 or valkey:8.1; scripts/test.sh runs the suite on
+// each), or DefaultServer.
+func SuiteServer() string {
+	if s := os.Getenv("REDLOCK_TEST_SERVER"); s != "" {
+		return s
 	}
-	return DefaultImage
+	return DefaultServer
+}
+
+// Image returns the Docker image of server, as scripts/build-redis-image.sh
+// names it.
+func Image(server string) string { return "redlock-test/" + server }
+
+// program returns the server's executable in its image: redis-server or
+// valkey-server.
+func program(server string) string {
+	name, _, _ := strings.Cut(server, ":")
+	return name + "-server"
 }
 
 // Options configures a Cluster.
 type Options struct {
 	Nodes int // default 5
+	// Servers gives node i the server Servers[i] (redis:7.0, redis:8.0,
+	// valkey:8.1); nodes past its end, and every node when it is empty, run
+	// SuiteServer().
+	Servers []string
 	// Persistent runs every node with AOF and appendfsync always, so that a
 	// crash and restart keeps every acknowledged write. Otherwise nodes keep
 	// nothing across a restart.
 	Persistent bool
+	// TLS serves TLS only (the plain port is off), with certificates the
+	// harness makes, and requires client certificates, as Redis does by
+	// default: the nodes' clients get a client certificate and trust the
+	// harness's CA.
+	TLS bool
 }
 
 // Cluster is a set of independent Redis servers.
 type Cluster struct {
 	Nodes []*Node
+	// TLSConfig is what a client of a TLS cluster needs (nil otherwise).
+	TLSConfig *tls.Config
+	// Certs holds the certificates' PEM files, for tools that take paths.
+	Certs *Certs
 }
 
 // Node is one Redis server in a container, published on a fixed loopback
-// port (so that it comes back on the same port after a restart), with a
-// fault proxy in front of it.
+// port (so that it comes back on the same port after a restart or a
+// replacement), with a fault proxy in front of it.
 type Node struct {
 	Index int
+	// Server is what runs now, e.g. redis:8.0.
+	Server string
 	// Client reaches the server through Proxy: give it to the Locker.
 	Client *redis.Client
 	// Admin reaches the server directly, for inspection and fault injection.
@@ -97,8 +133,13 @@ type Node struct {
 	// Addr is the server's published address on 127.0.0.1.
 	Addr string
 
-	ctr    *testcontainers.DockerContainer
-	docker *client.Client
+	port    int
+	dataDir string // the host directory mounted at /data
+	opts    Options
+	certs   *Certs
+	t       testing.TB
+	ctr     *testcontainers.DockerContainer
+	docker  *client.Client
 }
 
 // Start starts a cluster and stops it when the test ends.
@@ -116,10 +157,20 @@ func Start(t testing.TB, opts Options) *Cluster {
 	t.Cleanup(func() { docker.Close() })
 
 	c := &Cluster{Nodes: make([]*Node, opts.Nodes)}
+	if opts.TLS {
+		if c.Certs, err = makeCerts(t.TempDir()); err != nil {
+			t.Fatalf("harness: certificates: %v", err)
+		}
+		c.TLSConfig = c.Certs.ClientConfig()
+	}
 	errs := make([]error, opts.Nodes)
 	var wg sync.WaitGroup
 	for i := range opts.Nodes {
-		wg.Go(func() { c.Nodes[i], errs[i] = startNode(ctx, t, i, opts, docker) })
+		server := SuiteServer()
+		if i < len(opts.Servers) {
+			server = opts.Servers[i]
+		}
+		wg.Go(func() { c.Nodes[i], errs[i] = startNode(ctx, t, i, server, opts, c.Certs, docker) })
 	}
 	wg.Wait()
 	for _, n := range c.Nodes {
@@ -128,8 +179,8 @@ func Start(t testing.TB, opts Options) *Cluster {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		t.Fatalf("harness: starting %d Redis containers from %s: %v\n"+
-			"(run scripts/test.sh, which starts Docker and builds the image, or set REDLOCK_TEST_IMAGE)", opts.Nodes, Image(), err)
+		t.Fatalf("harness: starting %d Redis containers: %v\n"+
+			"(run scripts/test.sh, which starts Docker and builds the images)", opts.Nodes, err)
 	}
 	return c
 }
@@ -137,56 +188,108 @@ func Start(t testing.TB, opts Options) *Cluster {
 // startNode starts node i. A published port can be taken between the check
 // that it is free and Docker binding it, so a bind failure is retried on
 // another port.
-func startNode(ctx context.Context, t testing.TB, i int, opts Options, docker *client.Client) (*Node, error) {
+func startNode(ctx context.Context, t testing.TB, i int, server string, opts Options, certs *Certs, docker *client.Client) (*Node, error) {
+	n := &Node{Index: i, Server: server, opts: opts, certs: certs, t: t, docker: docker, dataDir: t.TempDir()}
 	for attempt := 1; ; attempt++ {
-		n, err := tryStartNode(ctx, t, i, opts, docker)
-		if err == nil || attempt == 5 || !strings.Contains(err.Error(), "already allocated") && !strings.Contains(err.Error(), "address already in use") {
-			return n, err
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		n.port = port
+		err = n.run(ctx)
+		if err == nil {
+			break
+		}
+		if attempt == 5 || !strings.Contains(err.Error(), "already allocated") && !strings.Contains(err.Error(), "address already in use") {
+			return nil, err
 		}
 	}
-}
-
-func tryStartNode(ctx context.Context, t testing.TB, i int, opts Options, docker *client.Client) (*Node, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	args := []string{"redis-server", "--protected-mode", "no", "--dir", "/data"}
-	if opts.Persistent {
-		args = append(args, "--appendonly", "yes", "--appendfsync", "always", "--save", "")
-	} else {
-		args = append(args, "--appendonly", "no", "--save", "")
-	}
-	ctr, err := testcontainers.Run(ctx, Image(),
-		testcontainers.WithCmd(args...),
-		testcontainers.WithExposedPorts("6379/tcp"),
-		testcontainers.WithLabels(map[string]string{Label: "1"}),
-		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
-			hc.PortBindings = network.PortMap{
-				network.MustParsePort("6379/tcp"): {{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: strconv.Itoa(port)}},
-			}
-		}),
-		testcontainers.WithWaitStrategy(wait.ForLog("Ready to accept connections").WithStartupTimeout(time.Minute)),
-		testcontainers.WithLogger(tclog.TestLogger(t)), // into the test's log, not stderr
-	)
-	if err != nil {
-		if ctr != nil {
-			_ = ctr.Terminate(context.Background())
-		}
-		return nil, err
-	}
-	n := &Node{Index: i, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), ctr: ctr, docker: docker}
+	n.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port))
+	var err error
 	if n.Proxy, err = faultnet.Listen(n.Addr); err != nil {
-		_ = ctr.Terminate(context.Background())
+		_ = n.ctr.Terminate(context.Background())
 		return nil, err
 	}
-	n.Client = redis.NewClient(&redis.Options{Addr: n.Proxy.Addr()})
-	n.Admin = redis.NewClient(&redis.Options{Addr: n.Addr, MaxRetries: -1})
+	n.Client = redis.NewClient(n.ClientOptions("", ""))
+	admin := n.ClientOptions("", "")
+	admin.Addr, admin.MaxRetries = n.Addr, -1
+	n.Admin = redis.NewClient(admin)
 	if err := n.WaitReady(ctx); err != nil {
 		n.close()
 		return nil, err
 	}
 	return n, nil
+}
+
+// ClientOptions returns options for a client that reaches the node through
+// its proxy as user (the default user when empty), with TLS when the cluster
+// has it.
+func (n *Node) ClientOptions(user, password string) *redis.Options {
+	o := &redis.Options{Addr: n.Proxy.Addr(), Username: user, Password: password}
+	if n.certs != nil {
+		o.TLSConfig = n.certs.ClientConfig()
+	}
+	return o
+}
+
+// run starts the node's container: n.Server's image on n.port, with
+// n.dataDir as /data.
+func (n *Node) run(ctx context.Context) error {
+	args := []string{program(n.Server), "--protected-mode", "no", "--dir", "/data"}
+	if n.opts.Persistent {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "always", "--save", "")
+	} else {
+		args = append(args, "--appendonly", "no", "--save", "")
+	}
+	binds := []string{n.dataDir + ":/data"}
+	if n.certs != nil {
+		args = append(args, "--port", "0", "--tls-port", "6379",
+			"--tls-cert-file", "/tls/server.crt", "--tls-key-file", "/tls/server.key",
+			"--tls-ca-cert-file", "/tls/ca.crt", "--tls-auth-clients", "yes")
+		binds = append(binds, n.certs.Dir+":/tls:ro")
+	}
+	ctr, err := testcontainers.Run(ctx, Image(n.Server),
+		testcontainers.WithCmd(args...),
+		testcontainers.WithExposedPorts("6379/tcp"),
+		testcontainers.WithLabels(map[string]string{Label: "1"}),
+		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+			hc.PortBindings = network.PortMap{
+				network.MustParsePort("6379/tcp"): {{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: strconv.Itoa(n.port)}},
+			}
+			hc.Binds = binds
+		}),
+		testcontainers.WithWaitStrategy(wait.ForLog("Ready to accept connections").WithStartupTimeout(time.Minute)),
+		testcontainers.WithLogger(tclog.TestLogger(n.t)), // into the test's log, not stderr
+	)
+	if err != nil {
+		if ctr != nil {
+			_ = ctr.Terminate(context.Background())
+		}
+		return fmt.Errorf("%s (%s): %w", n.Server, Image(n.Server), err)
+	}
+	n.ctr = ctr
+	return nil
+}
+
+// Replace stops the node gracefully and starts server in its place on the
+// same port, as an operator upgrading a node would: on the same data
+// directory when keepData, else on an empty one. The proxy and clients stay;
+// their connections break and reconnect.
+func (n *Node) Replace(ctx context.Context, server string, keepData bool) error {
+	if err := n.Stop(ctx); err != nil {
+		return err
+	}
+	if err := n.ctr.Terminate(ctx); err != nil {
+		return fmt.Errorf("replace node %d: remove the old container: %w", n.Index, err)
+	}
+	if !keepData {
+		n.dataDir = n.t.TempDir()
+	}
+	n.Server = server
+	if err := n.run(ctx); err != nil {
+		return fmt.Errorf("replace node %d by %s: %w", n.Index, server, err)
+	}
+	return n.WaitReady(ctx)
 }
 
 var (
