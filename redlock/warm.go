@@ -1,0 +1,138 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Warm readies every node for a first acquisition that is as fast as the
+// ones after it: it dials each node (TCP, the TLS handshake, and the client's
+// HELLO and AUTH, several round trips in all) and loads the library's Lua
+// scripts there. Call it after New and before the first TryLock, Lock or Do.
+//
+// Why: every call to a node is bounded by NodeTimeout, which is sized for
+// one round trip of a command. A new Locker's first acquisition would
+// otherwise spend that budget on connecting, and on a TLS link with a few
+// milliseconds of latency it fails although every node is healthy. Warm has
+// no NodeTimeout: ctx bounds it, so give it a deadline of seconds.
+//
+// Warm asks the nodes in parallel and returns once all have answered or ctx
+// ends. It returns nil when every node is ready, and otherwise a *WarmError
+// that lists each node's result. A Locker whose nodes are partly warm works
+// (a cold node dials on first use, as without Warm), so the error is for
+// reporting: a node that cannot be reached, a TLS or AUTH failure, or a user
+// not allowed SCRIPT LOAD, named now rather than at the first lock.
+//
+// Connections that stay idle longer than the client's ConnMaxIdleTime are
+// closed by go-redis; Warm again after a long idle spell if it matters.
+func (l *Locker) Warm(ctx context.Context) error {
+	if l == nil {
+		return errors.New("redlock: Warm on a nil *Locker")
+	}
+	if ctx == nil {
+		return errors.New("redlock: Warm: nil context")
+	}
+	type answer struct {
+		i   int
+		err error
+	}
+	answers := make(chan answer, len(l.nodes)) // buffered: a straggler never blocks
+	for i, n := range l.nodes {
+		go func() { answers <- answer{i, n.warm(ctx)} }()
+	}
+	results := make([]NodeResult, len(l.nodes))
+	answered := make([]bool, len(l.nodes))
+	failed := false
+	for range l.nodes {
+		select {
+		case a := <-answers:
+			answered[a.i] = true
+			results[a.i].Err = a.err
+		case <-ctx.Done():
+			// A call blocked on a read waits for the client's ReadTimeout,
+			// not for ctx; it ends in the background.
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	for drained := false; !drained; { // answers that came with ctx's end
+		select {
+		case a := <-answers:
+			answered[a.i], results[a.i].Err = true, a.err
+		default:
+			drained = true
+		}
+	}
+	for i, n := range l.nodes {
+		results[i].Node, results[i].Name, results[i].Outcome = i, n.name, Granted
+		if !answered[i] {
+			results[i].Err = fmt.Errorf("no answer before the context ended: %w", context.Cause(ctx))
+		}
+		if results[i].Err != nil {
+			results[i].Outcome, failed = Failed, true
+		}
+	}
+	if failed {
+		return &WarmError{Nodes: results}
+	}
+	return nil
+}
+
+// warmScripts are the scripts Warm loads: every one the coordinator sends.
+var warmScripts = []*script{releaseScript, extendScript, checkScript, acquireFencedScript, fenceScript}
+
+// warm dials the node with a PING and loads the scripts, so that neither a
+// handshake nor a NOSCRIPT round trip falls on a lock's first call.
+func (n node) warm(ctx context.Context) error {
+	if err := n.Do(ctx, "PING").Err(); err != nil {
+		return fmt.Errorf("PING: %w", err)
+	}
+	for _, s := range warmScripts {
+		sha, err := n.ScriptLoad(ctx, s.src).Result()
+		if err != nil {
+			return fmt.Errorf("SCRIPT LOAD: %w", err)
+		}
+		if !strings.EqualFold(sha, s.Hash()) {
+			return fmt.Errorf("SCRIPT LOAD: the node named the script %s, not its SHA-1 %s", sha, s.Hash())
+		}
+	}
+	return nil
+}
+
+// WarmError reports the nodes that Warm could not ready, with every node's
+// result (Outcome Granted for a ready node, Failed with Err otherwise).
+// errors.Is and errors.As see each node's error.
+type WarmError struct {
+	Nodes []NodeResult
+}
+
+func (e *WarmError) Error() string {
+	var b strings.Builder
+	ready := 0
+	for _, n := range e.Nodes {
+		if n.Err == nil {
+			ready++
+		}
+	}
+	fmt.Fprintf(&b, "redlock: warm: %d of %d nodes ready", ready, len(e.Nodes))
+	for _, n := range e.Nodes {
+		if n.Err != nil {
+			fmt.Fprintf(&b, "; %s: %v", n.Name, n.Err)
+		}
+	}
+	return b.String()
+}
+
+// Unwrap returns each node's error.
+func (e *WarmError) Unwrap() []error {
+	var errs []error
+	for _, n := range e.Nodes {
+		if n.Err != nil {
+			errs = append(errs, n.Err)
+		}
+	}
+	return errs
+}
