@@ -208,6 +208,9 @@ func (n node) durability(ctx context.Context) NodeDurability {
 	d := NodeDurability{Node: n.index, Name: n.name}
 	res, err := n.Do(ctx, "CONFIG", "GET", "appendonly", "appendfsync", "maxmemory-policy").Result()
 	if err != nil {
+		if deniedByACL(err) {
+			err = &permissionError{what: "CONFIG GET (Durability reads appendonly, appendfsync, maxmemory-policy)", err: err}
+		}
 		d.Err = fmt.Errorf("CONFIG GET: %w", err)
 		return d
 	}

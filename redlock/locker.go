@@ -267,6 +267,7 @@ type fan struct {
 func (l *Locker) fanOut(ctx context.Context, f fan, c command, read reader) *quorum.Round[Outcome] {
 	round := quorum.Begin[Outcome](len(l.nodes))
 	l.inflight.add(len(l.nodes))
+	read = explainDenied(c, read)
 	var wire []any // c as pipelines send it, shared by all nodes
 	for i, n := range l.nodes {
 		if n.pipe == nil {

@@ -27,33 +27,37 @@ type Node interface {
 var (
 	//go:embed scripts/release.lua
 	releaseLua    string
-	releaseScript = newScript(releaseLua)
+	releaseScript = newScript("release", "GET, DEL", releaseLua)
 
 	//go:embed scripts/extend.lua
 	extendLua    string
-	extendScript = newScript(extendLua)
+	extendScript = newScript("extend", "GET, PEXPIRE", extendLua)
 
 	//go:embed scripts/check.lua
 	checkLua    string
-	checkScript = newScript(checkLua)
+	checkScript = newScript("check", "GET", checkLua)
 
 	//go:embed scripts/acquire_fenced.lua
 	acquireFencedLua    string
-	acquireFencedScript = newScript(acquireFencedLua)
+	acquireFencedScript = newScript("fenced acquire", "GET, SET, INCR", acquireFencedLua)
 
 	//go:embed scripts/fence.lua
 	fenceLua    string
-	fenceScript = newScript(fenceLua)
+	fenceScript = newScript("fence", "GET, SET", fenceLua)
 )
 
 // script is a Lua script with its source, which a pipeline resends in full
-// when a node answers EVALSHA with NOSCRIPT.
+// when a node answers EVALSHA with NOSCRIPT, and what an error says of it.
 type script struct {
 	*redis.Script
-	src string
+	src   string
+	name  string // as errors name it: "the release script"
+	calls string // the commands it calls, which the node's ACL must allow
 }
 
-func newScript(src string) *script { return &script{Script: redis.NewScript(src), src: src} }
+func newScript(name, calls, src string) *script {
+	return &script{Script: redis.NewScript(src), src: src, name: name, calls: calls}
+}
 
 // node is a Node with the name used in errors.
 type node struct {

@@ -88,10 +88,16 @@ var warmScripts = []*script{releaseScript, extendScript, checkScript, acquireFen
 // handshake nor a NOSCRIPT round trip falls on a lock's first call.
 func (n node) warm(ctx context.Context) error {
 	if err := n.Do(ctx, "PING").Err(); err != nil {
+		if deniedByACL(err) {
+			err = &permissionError{what: "PING", err: err}
+		}
 		return fmt.Errorf("PING: %w", err)
 	}
 	for _, s := range warmScripts {
 		sha, err := n.ScriptLoad(ctx, s.src).Result()
+		if deniedByACL(err) {
+			err = &permissionError{what: "SCRIPT LOAD of the " + s.name + " script", err: err}
+		}
 		if err != nil {
 			return fmt.Errorf("SCRIPT LOAD: %w", err)
 		}

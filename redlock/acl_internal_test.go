@@ -1,0 +1,70 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// serverError is a reply error as go-redis gives it (redis.Error).
+type serverError string
+
+func (e serverError) Error() string { return string(e) }
+func (serverError) RedisError()     {}
+
+// Each server's wording of an ACL refusal is one; other errors are not.
+func TestDeniedByACL(t *testing.T) {
+	for text, want := range map[string]bool{
+		// Redis 7.0.15
+		"NOPERM this user has no permissions to run the 'evalsha' command":                                           true,
+		"NOPERM this user has no permissions to access one of the keys used as arguments":                            true,
+		"ERR The user executing the script can't run this command or subcommand script: a263..., on @user_script:1.": true,
+		// Redis 8.0.2 and Valkey 8.1.1
+		"NOPERM User app has no permissions to run the 'client|setinfo' command":                                               true,
+		"NOPERM No permissions to access a key":                                                                                true,
+		"ERR ACL failure in script: User app has no permissions to run the 'incr' command script: a263..., on @user_script:1.": true,
+		// not refusals
+		"NOSCRIPT No matching script. Please use EVAL.":         false,
+		"ERR value is not an integer or out of range":           false,
+		"READONLY You can't write against a read only replica.": false,
+	} {
+		if got := deniedByACL(serverError(text)); got != want {
+			t.Errorf("deniedByACL(%q) = %v; want %v", text, got, want)
+		}
+	}
+	if deniedByACL(errors.New("NOPERM but from the network, not the server")) {
+		t.Error("a non-server error counted as a refusal")
+	}
+	if deniedByACL(nil) {
+		t.Error("nil counted as a refusal")
+	}
+}
+
+// A refusal names what was refused: the command and key, or the script and
+// every command it calls.
+func TestPermissionErrorNamesWhatWasRefused(t *testing.T) {
+	read := explainDenied(scriptCommand(fenceScript, []string{"k", "{k}:fencing"}, "v", "7"), readScript)
+	_, err := read(0, failedCmd(serverError("ERR The user executing the script can't run this command or subcommand script: x")))
+	if !errors.Is(err, ErrNoPermission) {
+		t.Fatalf("%v: want ErrNoPermission", err)
+	}
+	for _, want := range []string{"fence script", `"k"`, "GET, SET", "{k}:fencing", "can't run"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not say %q", err, want)
+		}
+	}
+	read = explainDenied(acquireCommand("k", "v", 1000), readAcquire("v"))
+	_, err = read(0, failedCmd(serverError("NOPERM User app has no permissions to run the 'set' command")))
+	if !errors.Is(err, ErrNoPermission) || !strings.Contains(err.Error(), `SET on "k"`) {
+		t.Errorf("%v: want ErrNoPermission naming SET on \"k\"", err)
+	}
+}
+
+func failedCmd(err error) *redis.Cmd {
+	cmd := redis.NewCmd(context.Background())
+	cmd.SetErr(err)
+	return cmd
+}
