@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Warm readies every node for a first acquisition that is as fast as the
@@ -25,8 +27,12 @@ import (
 // reporting: a node that cannot be reached, a TLS or AUTH failure, or a user
 // not allowed SCRIPT LOAD, named now rather than at the first lock.
 //
-// Connections that stay idle longer than the client's ConnMaxIdleTime are
-// closed by go-redis; Warm again after a long idle spell if it matters.
+// Warm opens one connection per node, which is what one caller at a time
+// uses (and what the auto-pipeline uses under load). Callers that lock
+// concurrently over Options.NoAutoPipeline use a connection each: set the
+// clients' MinIdleConns to that concurrency, and Warm opens that many.
+// Connections idle longer than the client's ConnMaxIdleTime are closed by
+// go-redis; Warm again after a long idle spell if it matters.
 func (l *Locker) Warm(ctx context.Context) error {
 	if l == nil {
 		return errors.New("redlock: Warm on a nil *Locker")
@@ -84,10 +90,13 @@ func (l *Locker) Warm(ctx context.Context) error {
 // warmScripts are the scripts Warm loads: every one the coordinator sends.
 var warmScripts = []*script{releaseScript, extendScript, checkScript, acquireFencedScript, fenceScript}
 
-// warm dials the node with a PING and loads the scripts, so that neither a
-// handshake nor a NOSCRIPT round trip falls on a lock's first call.
+// warm dials the node and loads the scripts, so that neither a handshake
+// nor a NOSCRIPT round trip falls on a lock's first call. A *redis.Client
+// gets as many connections as its MinIdleConns asks for (at least one),
+// held together so that each is a separate one, then returned to its pool
+// idle.
 func (n node) warm(ctx context.Context) error {
-	if err := n.Do(ctx, "PING").Err(); err != nil {
+	if err := n.dial(ctx); err != nil {
 		if deniedByACL(err) {
 			err = &permissionError{what: "PING", err: err}
 		}
@@ -103,6 +112,31 @@ func (n node) warm(ctx context.Context) error {
 		}
 		if !strings.EqualFold(sha, s.Hash()) {
 			return fmt.Errorf("SCRIPT LOAD: the node named the script %s, not its SHA-1 %s", sha, s.Hash())
+		}
+	}
+	return nil
+}
+
+// dial opens the node's connections with a PING on each.
+func (n node) dial(ctx context.Context) error {
+	c, ok := n.Node.(*redis.Client)
+	if !ok {
+		return n.Do(ctx, "PING").Err()
+	}
+	// One after another: go-redis (v9.23) races when two of a client's
+	// dedicated Conns run their first command at once (both write the
+	// shared Options in initConn).
+	conns := make([]*redis.Conn, 0, max(1, c.Options().MinIdleConns))
+	defer func() {
+		for _, cn := range conns {
+			cn.Close() // back to the pool, idle
+		}
+	}()
+	for range cap(conns) {
+		cn := c.Conn()
+		conns = append(conns, cn)
+		if err := cn.Ping(ctx).Err(); err != nil {
+			return err
 		}
 	}
 	return nil

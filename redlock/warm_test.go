@@ -146,3 +146,24 @@ func TestWarmReportsEachNode(t *testing.T) {
 		t.Errorf("Warm(nil): %v; want an error naming the nil context", err)
 	}
 }
+
+// A client whose MinIdleConns asks for several connections gets them all
+// from Warm, dialled and idle in its pool.
+func TestWarmOpensMinIdleConns(t *testing.T) {
+	c := newCluster(t, 3)
+	var nodes []redlock.Node
+	for _, m := range c.servers {
+		cl := redis.NewClient(&redis.Options{Addr: m.Addr(), MinIdleConns: 4})
+		t.Cleanup(func() { cl.Close() })
+		nodes = append(nodes, cl)
+	}
+	l := newLocker(t, nodes, &redlock.Options{NoAutoPipeline: true})
+	if err := l.Warm(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range nodes {
+		if idle := n.(*redis.Client).PoolStats().IdleConns; idle < 4 {
+			t.Errorf("node %d: %d idle connections after Warm; want MinIdleConns, 4", i, idle)
+		}
+	}
+}

@@ -82,7 +82,7 @@ func bench(ctx context.Context, im *impl, cfg config, progress io.Writer) *resul
 				if cfg.ops > 0 && started.Add(1) > int64(cfg.ops) {
 					break
 				}
-				key := "redlock-bench:" + im.name + ":" + strconv.Itoa(i%cfg.keys) // each implementation its own keys
+				key := cfg.keyPrefix + im.name + ":" + strconv.Itoa(i%cfg.keys) // each implementation its own keys
 				a, r, o, err := im.cycle(runCtx, key)
 				if runCtx.Err() != nil && o != acquired {
 					break // the run ended under this attempt

@@ -33,6 +33,11 @@ type config struct {
 	goredisPipe bool            // -goredis-autopipeline
 	noPipeline  bool            // -no-autopipeline
 	rounds      int             // -rounds
+	server      string          // -server: the redis-server (or valkey-server) that -spawn starts
+	keyPrefix   string          // -key-prefix
+	tlsCA       string          // -tls-ca
+	tlsCert     string          // -tls-cert
+	tlsKey      string          // -tls-key
 }
 
 // fault is one scheduled fault: freeze node k at `at` for `for` (0: to the
@@ -58,6 +63,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&nodes, "nodes", "", "comma-separated `host:port` or redis:// / rediss:// URLs of the nodes to benchmark")
 	fs.IntVar(&c.spawn, "spawn", 0, "start `N` local redis-server processes on free 127.0.0.1 ports")
+	fs.StringVar(&c.server, "server", "", "with -spawn: the server `binary` to start (default redis-server on PATH; e.g. a valkey-server, or a wrapper from scripts/fetch-redis-server.sh)")
+	fs.StringVar(&c.keyPrefix, "key-prefix", "redlock-bench:", "lock names start with this `prefix` (match it to an ACL user's key patterns)")
+	fs.StringVar(&c.tlsCA, "tls-ca", "", "rediss:// nodes: trust the CA certificates in this PEM `file` (default: the system's)")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "rediss:// nodes: present this client certificate (PEM `file`; with -tls-key)")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "rediss:// nodes: the client certificate's private key (PEM `file`)")
 	fs.IntVar(&c.embedded, "embedded", 5, "in-process Redis nodes to start when neither -nodes nor -spawn is given")
 	fs.IntVar(&c.clients, "clients", 4, "concurrent clients")
 	fs.IntVar(&c.keys, "keys", 1, "distinct lock names; 1 makes every client contend for one key")
@@ -73,7 +83,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.nodeTimeout, "node-timeout", 0, "redlock's per-node timeout (0: the library default, 50ms)")
 	fs.StringVar(&latency, "node-latency", "", "comma-separated one-way `delays`, one per node, through a delay proxy (e.g. 1ms,2ms,3ms,4ms,50ms)")
 	fs.StringVar(&faults, "fault", "", "faults to inject: `freeze:K@T[+D]` or stop:K@T, comma-separated (node K, at T, for D)")
-	fs.StringVar(&impl, "impl", "redlock", "implementations: redlock, redlock-direct, raw, redsync, redsync-failfast, or all (comma-separated)")
+	fs.StringVar(&impl, "impl", "all", "implementations: redlock, redlock-direct, raw, redsync, redsync-failfast, or all (comma-separated)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print results as JSON")
 	fs.StringVar(&c.plot, "plot", "", "write a latency CDF per implementation to this SVG `file`")
 	fs.BoolVar(&c.quiet, "q", false, "no progress line")
@@ -144,6 +154,12 @@ func (c *config) validate() error {
 		return fmt.Errorf("-node-timeout %v: must not be negative", c.nodeTimeout)
 	case c.mode != "trylock" && c.mode != "lock" && c.mode != "do":
 		return fmt.Errorf("-mode %q: want trylock, lock or do", c.mode)
+	case c.server != "" && c.spawn == 0:
+		return fmt.Errorf("-server %s: only with -spawn", c.server)
+	case (c.tlsCA != "" || c.tlsCert != "" || c.tlsKey != "") && len(c.nodes) == 0:
+		return errors.New("-tls-ca, -tls-cert and -tls-key: only with -nodes (rediss:// URLs)")
+	case (c.tlsCert == "") != (c.tlsKey == ""):
+		return errors.New("-tls-cert and -tls-key: give both or neither")
 	}
 	for i, n := range c.nodes {
 		if strings.TrimSpace(n) == "" {

@@ -36,25 +36,28 @@ type impl struct {
 	about string
 	cycle cycler
 	drain func() // waits for background work, between implementations
+	// warning is said before the run: here, the nodes Locker.Warm could not
+	// ready (the run goes on; their calls fail or dial on first use).
+	warning string
 }
 
-func newImpl(name string, d *deployment, cfg config) (*impl, error) {
+func newImpl(ctx context.Context, name string, d *deployment, cfg config) (*impl, error) {
 	switch name {
 	case "redlock":
-		return newRedlock(d, cfg)
+		return newRedlock(ctx, d, cfg)
 	case "redlock-direct": // this library over its other transport, for comparison
 		cfg.noPipeline, cfg.goredisPipe = true, false
-		im, err := newRedlock(d, cfg)
+		im, err := newRedlock(ctx, d, cfg)
 		if im != nil {
 			im.name = name
 		}
 		return im, err
 	case "raw":
-		return newRaw(d, cfg), nil
+		return newRaw(ctx, d, cfg), nil
 	case "redsync":
-		return newRedsync(d, cfg, false), nil
+		return newRedsync(ctx, d, cfg, false), nil
 	case "redsync-failfast":
-		return newRedsync(d, cfg, true), nil
+		return newRedsync(ctx, d, cfg, true), nil
 	}
 	return nil, fmt.Errorf("unknown implementation %q", name)
 }
@@ -71,9 +74,13 @@ func hold(ctx context.Context, d time.Duration) {
 	}
 }
 
-func newRedlock(d *deployment, cfg config) (*impl, error) {
+func newRedlock(ctx context.Context, d *deployment, cfg config) (*impl, error) {
 	var nodes []redlock.Node
-	for _, c := range d.newClients() {
+	minIdle := 0
+	if cfg.noPipeline {
+		minIdle = cfg.clients // a connection per caller; Warm opens them
+	}
+	for _, c := range d.newClients(ctx, minIdle) {
 		if cfg.goredisPipe {
 			ap, err := c.AutoPipeline() // go-redis's own batching, one ordered stream per node
 			if err != nil {
@@ -110,6 +117,13 @@ func newRedlock(d *deployment, cfg config) (*impl, error) {
 		transport = "a pooled connection per command (NoAutoPipeline)"
 	}
 	im.about = fmt.Sprintf("this library, mode %s, fencing %v, %s", cfg.mode, cfg.fencing, transport)
+	// Warm, as the README tells users to: the first cycles then measure the
+	// lock, not the handshakes and the scripts' first load.
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := l.Warm(wctx); err != nil {
+		im.warning = err.Error()
+	}
 	switch cfg.mode {
 	case "do":
 		im.cycle = func(ctx context.Context, key string) (acq, rel time.Duration, o outcome, err error) {
@@ -157,8 +171,8 @@ var rawRelease = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then 
 // newRaw is the floor any lock pays: SET NX PX and a compare-and-delete on
 // one node, the third-fastest (with -node-latency), so that it is compared
 // with what a majority of five waits for.
-func newRaw(d *deployment, cfg config) *impl {
-	clients := d.newClients()
+func newRaw(ctx context.Context, d *deployment, cfg config) *impl {
+	clients := d.newClients(ctx, 0)
 	idx := 0
 	if len(cfg.latency) > 0 {
 		order := make([]int, len(cfg.latency))
@@ -200,9 +214,9 @@ func newRaw(d *deployment, cfg config) *impl {
 
 // newRedsync is github.com/go-redsync/redsync/v4, the library teams would
 // otherwise pick, with its defaults or with fail-fast.
-func newRedsync(d *deployment, cfg config, failFast bool) *impl {
+func newRedsync(ctx context.Context, d *deployment, cfg config, failFast bool) *impl {
 	var pools []redsyncredis.Pool
-	for _, c := range d.newClients() {
+	for _, c := range d.newClients(ctx, 0) {
 		pools = append(pools, redsyncgoredis.NewPool(c))
 	}
 	rs := redsync.New(pools...)

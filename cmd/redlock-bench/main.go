@@ -126,8 +126,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	impls := make([]*impl, len(cfg.impls))
 	for i, name := range cfg.impls {
-		if impls[i], err = newImpl(name, d, cfg); err != nil {
+		if impls[i], err = newImpl(ctx, name, d, cfg); err != nil {
 			return err
+		}
+		if impls[i].warning != "" {
+			fmt.Fprintf(stderr, "redlock-bench: %s: %s\n", name, impls[i].warning)
 		}
 	}
 	share := cfg // one round's share of the run
@@ -157,6 +160,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		printTable(out, r)
 	}
 	printComparison(out, results)
+	if len(cfg.nodes) == 0 && cfg.spawn == 0 {
+		fmt.Fprintln(out, "\nnote: embedded nodes share this process's CPU: compare client-side cost (CPU, allocs/cycle) here, not latency;"+
+			" -spawn N [-server PATH] or -nodes give real servers, -node-latency a network")
+	}
 
 	if cfg.plot != "" {
 		f, err := os.Create(cfg.plot)

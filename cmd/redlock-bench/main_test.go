@@ -35,6 +35,18 @@ func TestEmbeddedDefaultRun(t *testing.T) {
 	if !strings.Contains(out, "embedded in-process Redis nodes") {
 		t.Errorf("output does not say what it ran against:\n%s", out)
 	}
+	// With no -impl: this library, the single-node floor and redsync side
+	// by side, and a line on what in-process figures show.
+	for _, impl := range allImpls {
+		if !regexp.MustCompile(`(?m)^` + impl + `: `).MatchString(out) {
+			t.Errorf("no %s table by default:\n%s", impl, out)
+		}
+	}
+	table := strings.Index(out, "side by side")
+	note := strings.Index(out, "note: embedded nodes share this process's CPU")
+	if table < 0 || note < table || strings.Count(out[note:], "\n") != 1 {
+		t.Errorf("want the side-by-side table, then the one-line note, at the end:\n%s", out)
+	}
 	m := regexp.MustCompile(`(\d+) acquired`).FindStringSubmatch(out)
 	if m == nil || m[1] == "0" {
 		t.Errorf("no lock acquired:\n%s", out)
@@ -75,6 +87,12 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"-rounds", "100", "-duration", "500ms"}, "under 10ms per round"},
 		{[]string{"-rounds", "2", "-fault", "freeze:1@1s"}, "one continuous run"},
 		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"-server", "/usr/bin/redis-server"}, "-server /usr/bin/redis-server: only with -spawn"},
+		{[]string{"-spawn", "1", "-server", "/nonexistent/redis-server"}, "-server: "},
+		{[]string{"-tls-ca", "ca.pem"}, "only with -nodes"},
+		{[]string{"-nodes", "rediss://a:1", "-tls-cert", "c.pem"}, "give both or neither"},
+		{[]string{"-nodes", "rediss://a:1", "-tls-ca", "/nonexistent/ca.pem"}, "-tls-ca: open /nonexistent/ca.pem"},
+		{[]string{"-nodes", "rediss://a:1", "-tls-ca", "main_test.go"}, "no PEM certificate"},
 		{[]string{"-bogus"}, "flag provided but not defined"},
 	} {
 		out, err := runCLI(t, tt.args...)
@@ -207,6 +225,38 @@ func TestSpawnCleansUp(t *testing.T) {
 		if conn, err := net.DialTimeout("tcp", a, time.Second); err == nil {
 			conn.Close()
 			t.Errorf("%s still accepts connections after cleanup", a)
+		}
+	}
+}
+
+// -server chooses the binary -spawn starts, and the output names the server
+// and version it reports: the host's redis-server, and every server that
+// scripts/fetch-redis-server.sh has unpacked here (Redis 8.0, Valkey 8.1).
+func TestSpawnServer(t *testing.T) {
+	host, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server not on PATH; scripts/test.sh installs it")
+	}
+	servers := map[string]string{host: "redis 7.0."}
+	dir := os.Getenv("REDLOCK_SERVERS_DIR")
+	if dir == "" {
+		home, _ := os.UserHomeDir()
+		dir = filepath.Join(home, ".cache", "redlock", "servers")
+	}
+	for bin, want := range map[string]string{"redis-8.0/bin/redis-server": "redis 8.0.", "valkey-8.1/bin/valkey-server": "valkey 8.1."} {
+		if _, err := os.Stat(filepath.Join(dir, bin)); err == nil {
+			servers[filepath.Join(dir, bin)] = want
+		} else {
+			t.Logf("%s not fetched (scripts/fetch-redis-server.sh): not tried", bin)
+		}
+	}
+	for bin, want := range servers {
+		out, err := runCLI(t, "-spawn", "1", "-server", bin, "-ops", "20", "-impl", "redlock", "-q")
+		if err != nil {
+			t.Fatalf("-server %s: %v\n%s", bin, err, out)
+		}
+		if !strings.Contains(out, bin+", "+want) || !strings.Contains(out, " 0 errors") {
+			t.Errorf("-server %s: want it named with %q, and no errors:\n%s", bin, want, out)
 		}
 	}
 }

@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -33,14 +37,26 @@ func (d *deployment) close() {
 }
 
 // newClients returns one fresh client per node (each implementation gets its
-// own, so none inherits another's pooled connections).
-func (d *deployment) newClients() []*redis.Client {
+// own, so none inherits another's pooled connections), each with a
+// connection dialled by a PING, so that no implementation's first cycles pay
+// for the TCP and TLS handshakes. A node that does not answer is left for
+// the run to report. minIdle sets MinIdleConns (Locker.Warm opens that
+// many).
+func (d *deployment) newClients(ctx context.Context, minIdle int) []*redis.Client {
 	out := make([]*redis.Client, len(d.options))
 	for i, o := range d.options {
 		c := *o
+		c.MinIdleConns = minIdle
 		out[i] = redis.NewClient(&c)
 		d.cleanup = append(d.cleanup, func() { out[i].Close() })
 	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, c := range out {
+		wg.Go(func() { c.Ping(ctx) })
+	}
+	wg.Wait()
 	return out
 }
 
@@ -49,9 +65,9 @@ func newDeployment(ctx context.Context, cfg config) (*deployment, error) {
 	var err error
 	switch {
 	case len(cfg.nodes) > 0:
-		err = d.remote(cfg.nodes)
+		err = d.remote(cfg)
 	case cfg.spawn > 0:
-		err = d.spawn(ctx, cfg.spawn)
+		err = d.spawn(ctx, cfg.spawn, cfg.server)
 	default:
 		err = d.embedded(cfg.embedded)
 	}
@@ -78,8 +94,13 @@ func (d *deployment) embedded(n int) error {
 	return nil
 }
 
-func (d *deployment) remote(nodes []string) error {
-	for _, n := range nodes {
+func (d *deployment) remote(cfg config) error {
+	secure, err := tlsFiles(cfg)
+	if err != nil {
+		return err
+	}
+	used := false
+	for _, n := range cfg.nodes {
 		n = strings.TrimSpace(n)
 		var o *redis.Options
 		if strings.Contains(n, "://") {
@@ -93,19 +114,66 @@ func (d *deployment) remote(nodes []string) error {
 			}
 			o = &redis.Options{Addr: n}
 		}
+		if o.TLSConfig != nil && secure != nil {
+			secure(o.TLSConfig)
+			used = true
+		}
 		d.options = append(d.options, o)
 	}
-	d.describe = fmt.Sprintf("%d Redis nodes given by -nodes", len(nodes))
+	if secure != nil && !used {
+		return errors.New("-tls-ca, -tls-cert, -tls-key: no rediss:// node in -nodes to use them")
+	}
+	d.describe = fmt.Sprintf("%d Redis nodes given by -nodes", len(cfg.nodes))
 	return nil
+}
+
+// tlsFiles loads -tls-ca, -tls-cert and -tls-key, and returns what applies
+// them to a rediss:// node's TLS configuration (nil if none is given).
+func tlsFiles(cfg config) (func(*tls.Config), error) {
+	if cfg.tlsCA == "" && cfg.tlsCert == "" {
+		return nil, nil
+	}
+	var roots *x509.CertPool
+	if cfg.tlsCA != "" {
+		pem, err := os.ReadFile(cfg.tlsCA)
+		if err != nil {
+			return nil, fmt.Errorf("-tls-ca: %w", err)
+		}
+		roots = x509.NewCertPool()
+		if !roots.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("-tls-ca %s: no PEM certificate in it", cfg.tlsCA)
+		}
+	}
+	var certs []tls.Certificate
+	if cfg.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.tlsCert, cfg.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("-tls-cert/-tls-key: %w", err)
+		}
+		certs = []tls.Certificate{cert}
+	}
+	return func(c *tls.Config) {
+		if roots != nil {
+			c.RootCAs = roots
+		}
+		if certs != nil {
+			c.Certificates = certs
+		}
+	}, nil
 }
 
 // spawn starts n redis-server processes on free loopback ports; d.close
 // stops them (run's deferred close also runs on Ctrl-C, which only cancels
 // the context).
-func (d *deployment) spawn(ctx context.Context, n int) error {
+func (d *deployment) spawn(ctx context.Context, n int, server string) error {
 	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return errors.New("-spawn: redis-server not found on PATH (Debian: apt-get install redis-server)")
+	if err != nil && server == "" {
+		return errors.New("-spawn: redis-server not found on PATH (Debian: apt-get install redis-server; or give -server)")
+	}
+	if server != "" {
+		if bin, err = exec.LookPath(server); err != nil {
+			return fmt.Errorf("-server: %w", err)
+		}
 	}
 	for range n {
 		port, err := freePort()
@@ -131,10 +199,10 @@ func (d *deployment) spawn(ctx context.Context, n int) error {
 		o := &redis.Options{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
 		d.options = append(d.options, o)
 		if err := waitReady(ctx, o, exited); err != nil {
-			return fmt.Errorf("-spawn: redis-server on port %d: %w", port, err)
+			return fmt.Errorf("-spawn: %s on port %d: %w", bin, port, err)
 		}
 	}
-	d.describe = fmt.Sprintf("%d local redis-server processes started by -spawn (%s)", n, bin)
+	d.describe = fmt.Sprintf("%d local redis-server processes started by -spawn (%s, %s)", n, bin, serverVersion(ctx, d.options[0]))
 	return nil
 }
 
@@ -156,6 +224,26 @@ func waitReady(ctx context.Context, o *redis.Options, exited <-chan struct{}) er
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// serverVersion is what the node says it runs: "redis 8.0.2", "valkey 8.1.1".
+func serverVersion(ctx context.Context, o *redis.Options) string {
+	c := redis.NewClient(o)
+	defer c.Close()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return "version unknown: " + err.Error()
+	}
+	fields := map[string]string{}
+	for _, line := range strings.Split(info, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			fields[k] = v
+		}
+	}
+	if v := fields["valkey_version"]; v != "" {
+		return "valkey " + v
+	}
+	return "redis " + fields["redis_version"]
 }
 
 func freePort() (int, error) {

@@ -36,7 +36,13 @@ func withTransport(opts *redlock.Options) *redlock.Options {
 
 func newLocker(t *testing.T, c *harness.Cluster, opts *redlock.Options) *redlock.Locker {
 	t.Helper()
-	l, err := redlock.New(c.Lockers(), withTransport(opts))
+	return newLockerOn(t, c.Lockers(), opts)
+}
+
+// newLockerOn returns a Locker on nodes, drained when the test ends.
+func newLockerOn(t *testing.T, nodes []redlock.Node, opts *redlock.Options) *redlock.Locker {
+	t.Helper()
+	l, err := redlock.New(nodes, withTransport(opts))
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -494,3 +494,30 @@ func (c *Cluster) Keys(ctx context.Context, pattern string) ([][]string, error) 
 	}
 	return out, nil
 }
+
+// ClientsAs returns a client per node, through its proxy, that logs in as
+// user; they are closed when the test ends.
+func (c *Cluster) ClientsAs(t testing.TB, user, password string) []redlock.Node {
+	out := make([]redlock.Node, len(c.Nodes))
+	for i, n := range c.Nodes {
+		cl := redis.NewClient(n.ClientOptions(user, password))
+		t.Cleanup(func() { cl.Close() })
+		out[i] = cl
+	}
+	return out
+}
+
+// SetUser creates or resets the ACL user name on every node with rules
+// (ACL SETUSER name reset rules...).
+func (c *Cluster) SetUser(ctx context.Context, name string, rules ...string) error {
+	args := []any{"ACL", "SETUSER", name, "reset"}
+	for _, r := range rules {
+		args = append(args, r)
+	}
+	for _, n := range c.Nodes {
+		if err := n.Admin.Do(ctx, args...).Err(); err != nil {
+			return fmt.Errorf("node %d: ACL SETUSER %s: %w", n.Index, name, err)
+		}
+	}
+	return nil
+}
