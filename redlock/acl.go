@@ -22,7 +22,9 @@ type permissionError struct {
 	err  error  // the server's reply
 }
 
-func (e *permissionError) Error() string { return fmt.Sprintf("%v: %s: %v", ErrNoPermission, e.what, e.err) }
+func (e *permissionError) Error() string {
+	return fmt.Sprintf("%v: %s: %v", ErrNoPermission, e.what, e.err)
+}
 func (e *permissionError) Unwrap() []error { return []error{ErrNoPermission, e.err} }
 
 // deniedByACL reports whether err is a server's refusal under its ACL. The

@@ -113,7 +113,7 @@ func (e *evalCounter) Eval(ctx context.Context, src string, keys []string, args 
 func TestWarmReportsEachNode(t *testing.T) {
 	c := newCluster(t, 3)
 	proxies, nodes := c.proxied(t)
-	c.servers[1].Close()         // refuses connections
+	c.servers[1].Close()          // refuses connections
 	proxies[2].SetBlackhole(true) // accepts, never answers
 	l := newLocker(t, nodes, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
