@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Hunts flaky tests: runs the unit suite (both transports) UNIT times and the
-# integration suite (both transports) INTEGRATION times, each under the race
+# integration suite (on each server, and on Redis 7.0 over both transports) INTEGRATION times, each under the race
 # detector while BURNERS CPU-burning processes run, and prints how often each
 # test failed. Logs of failed runs stay in OUT. Not part of CI (it takes long);
 # run it before and after touching anything timing-sensitive.
@@ -39,10 +39,11 @@ for i in $(seq 1 "$unit"); do
 	run "unit-direct-$i" . REDLOCK_TEST_TRANSPORT=direct -- -race -count=1 ./redlock/
 done
 if [ "$integration" -gt 0 ]; then
-	: "${REDLOCK_TEST_IMAGE:=$(scripts/integration-setup.sh | tail -n 1)}"
+	scripts/integration-setup.sh
 	for i in $(seq 1 "$integration"); do
-		for transport in auto-pipeline direct; do
-			run "integration-$transport-$i" test/integration REDLOCK_TEST_IMAGE="$REDLOCK_TEST_IMAGE" \
+		for run in redis:7.0/auto-pipeline redis:7.0/direct redis:8.0/auto-pipeline valkey:8.1/auto-pipeline; do
+			server=${run%/*} transport=${run#*/}
+			run "integration-${server/:/-}-$transport-$i" test/integration REDLOCK_TEST_SERVER="$server" \
 				TESTCONTAINERS_RYUK_DISABLED=true TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1 \
 				REDLOCK_TEST_TRANSPORT=$transport -- -race -count=1 -timeout 20m ./...
 		done

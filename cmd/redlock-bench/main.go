@@ -3,16 +3,23 @@
 // slow or gone, side by side with what teams would otherwise use.
 //
 // With no flags it starts five in-process Redis nodes (miniredis, real Lua),
-// runs a short workload against them and prints the result, so it works on
-// a machine with nothing installed:
+// runs a short workload through this library, the single-node floor and
+// redsync against them, and ends with a side-by-side table and a line on what
+// in-process figures can show (the clients' CPU and allocations, not
+// latency), so it works on a machine with nothing installed:
 //
 //	go run ./cmd/redlock-bench
 //
 // Nodes (one of):
 //
-//	-nodes a:6379,b:6379      real nodes: host:port, or redis:// and rediss:// URLs (password, TLS)
+//	-nodes a:6379,b:6379      real nodes: host:port, or redis:// and rediss:// URLs
+//	                          (rediss://user:password@host:port for TLS and an ACL user)
+//	-tls-ca F, -tls-cert F, -tls-key F
+//	                          rediss:// nodes: a private CA, a client certificate and its key
 //	-spawn N                  start N local redis-server processes on free 127.0.0.1 ports;
 //	                          they are stopped on exit, Ctrl-C included
+//	-server PATH              with -spawn: the server to start (a valkey-server, or a wrapper
+//	                          from scripts/fetch-redis-server.sh); the output names its version
 //	-embedded N               in-process nodes (the default, 5)
 //
 // Workload:
@@ -28,6 +35,7 @@
 //	                machine this puts them under the same noise
 //	-mode M         trylock (one attempt per cycle), lock (wait), or do (Locker.Do)
 //	-fencing        issue fencing tokens
+//	-key-prefix P   lock names begin with P (redlock-bench:), to match an ACL user's key patterns
 //	-node-timeout D redlock's per-node timeout (library default 50ms)
 //	-no-autopipeline       redlock sends each command on a pooled connection (Options.NoAutoPipeline)
 //	-goredis-autopipeline  redlock gets go-redis AutoPipeline clients instead
@@ -39,8 +47,10 @@
 //	-fault freeze:4@1s+2s,stop:3@2s      freeze node 4 at 1s for 2s (it keeps
 //	                                     connections, answers nothing); stop node 3 at 2s
 //
-// Implementations (-impl, comma-separated, or all), run in turn on the same
-// nodes with the same workload:
+// Implementations (-impl, comma-separated, or all: the default), run in turn
+// on the same nodes with the same workload, each on clients of its own with a
+// connection already dialled (this library's Locker is warmed with
+// Locker.Warm):
 //
 //	redlock            this library
 //	redlock-direct     this library with Options.NoAutoPipeline (a pooled

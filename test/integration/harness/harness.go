@@ -135,6 +135,7 @@ type Node struct {
 
 	port    int
 	dataDir string // the host directory mounted at /data
+	dirs    string // where data directories are made: removed after every container
 	opts    Options
 	certs   *Certs
 	t       testing.TB
@@ -157,6 +158,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	t.Cleanup(func() { docker.Close() })
 
 	c := &Cluster{Nodes: make([]*Node, opts.Nodes)}
+	dirs := t.TempDir() // before the containers' cleanups, so removed after them
 	if opts.TLS {
 		if c.Certs, err = makeCerts(t.TempDir()); err != nil {
 			t.Fatalf("harness: certificates: %v", err)
@@ -170,7 +172,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		if i < len(opts.Servers) {
 			server = opts.Servers[i]
 		}
-		wg.Go(func() { c.Nodes[i], errs[i] = startNode(ctx, t, i, server, opts, c.Certs, docker) })
+		wg.Go(func() { c.Nodes[i], errs[i] = startNode(ctx, t, i, server, opts, c.Certs, docker, dirs) })
 	}
 	wg.Wait()
 	for _, n := range c.Nodes {
@@ -188,8 +190,12 @@ func Start(t testing.TB, opts Options) *Cluster {
 // startNode starts node i. A published port can be taken between the check
 // that it is free and Docker binding it, so a bind failure is retried on
 // another port.
-func startNode(ctx context.Context, t testing.TB, i int, server string, opts Options, certs *Certs, docker *client.Client) (*Node, error) {
-	n := &Node{Index: i, Server: server, opts: opts, certs: certs, t: t, docker: docker, dataDir: t.TempDir()}
+func startNode(ctx context.Context, t testing.TB, i int, server string, opts Options, certs *Certs, docker *client.Client, dirs string) (*Node, error) {
+	n := &Node{Index: i, Server: server, opts: opts, certs: certs, t: t, docker: docker, dirs: dirs}
+	var err error
+	if n.dataDir, err = os.MkdirTemp(dirs, "data"); err != nil {
+		return nil, err
+	}
 	for attempt := 1; ; attempt++ {
 		port, err := freePort()
 		if err != nil {
@@ -205,7 +211,6 @@ func startNode(ctx context.Context, t testing.TB, i int, server string, opts Opt
 		}
 	}
 	n.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(n.port))
-	var err error
 	if n.Proxy, err = faultnet.Listen(n.Addr); err != nil {
 		_ = n.ctr.Terminate(context.Background())
 		return nil, err
@@ -283,7 +288,11 @@ func (n *Node) Replace(ctx context.Context, server string, keepData bool) error 
 		return fmt.Errorf("replace node %d: remove the old container: %w", n.Index, err)
 	}
 	if !keepData {
-		n.dataDir = n.t.TempDir()
+		dir, err := os.MkdirTemp(n.dirs, "data")
+		if err != nil {
+			return err
+		}
+		n.dataDir = dir
 	}
 	n.Server = server
 	if err := n.run(ctx); err != nil {
