@@ -30,6 +30,11 @@ func Example() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	// Dial every node and load the scripts before the first lock, so that
+	// it does not spend its NodeTimeout on handshakes.
+	if err := locker.Warm(ctx); err != nil {
+		fmt.Println("not every node is ready:", err)
+	}
 	lease, err := locker.Lock(ctx, "invoice:42", 10*time.Second)
 	if err != nil {
 		fmt.Println("not locked:", err)
@@ -48,6 +53,31 @@ func Example() {
 	// held for about 10s: true
 	// contended: true
 	// extend: <nil>
+}
+
+// Warm reports, per node, what keeps a node from being ready.
+func ExampleLocker_Warm() {
+	up, _ := miniredis.Run()
+	defer up.Close()
+	down, _ := miniredis.Run()
+	downAddr := down.Addr()
+	down.Close() // now refuses connections
+	locker, _ := redlock.New([]redlock.Node{
+		redis.NewClient(&redis.Options{Addr: up.Addr()}),
+		redis.NewClient(&redis.Options{Addr: downAddr, MaxRetries: -1}),
+	}, nil)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var warm *redlock.WarmError
+	if err := locker.Warm(ctx); errors.As(err, &warm) {
+		for _, n := range warm.Nodes {
+			fmt.Printf("node %d: %v\n", n.Node, n.Outcome)
+		}
+	}
+	// Output:
+	// node 0: granted
+	// node 1: failed
 }
 
 // Every go-redis client shape is a Node.
