@@ -91,7 +91,7 @@ func counterOf(key string) (lock string, ok bool) {
 
 // acquireFencedCommand is phase 1: SET NX PX and, if set, INCR.
 func acquireFencedCommand(key, counter, value string, ms int64) command {
-	return scriptCommand(acquireFencedScript, []string{key, counter}, value, ms).of(value, roleSets)
+	return scriptCommand(acquireFencedScript, []string{key, counter}, value, ms).of(value, roleSets).replicated()
 }
 
 // readFenced reads phase 1's reply, storing node i's counter in counters[i].
@@ -148,7 +148,7 @@ func (l *Locker) fence(ctx context.Context, req request, value string, phase1 *q
 		}
 		return nil
 	}
-	c := scriptCommand(fenceScript, []string{req.key, req.counter}, value, want).of(value, roleFences)
+	c := scriptCommand(fenceScript, []string{req.key, req.counter}, value, want).of(value, roleFences).replicated()
 	phase2 := l.fanOut(ctx, fan{after: phase1, skip: notGranted, timeout: l.opts.NodeTimeout}, c, readScript)
 	left := until.Sub(l.opts.Clock.Now())
 	if left <= 0 {

@@ -218,7 +218,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	l.ttl = max(l.ttl, req.granted)
 	l.mu.Unlock()
 	start := lk.opts.Clock.Now()
-	round := lk.fanOut(ctx, fan{timeout: lk.opts.NodeTimeout}, scriptCommand(extendScript, []string{l.key}, l.value, req.ms), readScript)
+	round := lk.fanOut(ctx, fan{timeout: lk.opts.NodeTimeout}, scriptCommand(extendScript, []string{l.key}, l.value, req.ms).replicated(), readScript)
 	tally := round.Decide(ctx, min(lk.opts.NodeTimeout, req.budget), granted)
 	until := start.Add(req.budget)
 	if tally.Won && until.After(lk.opts.Clock.Now()) {

@@ -29,6 +29,7 @@ type Locker struct {
 	inflight tracker  // every call in flight, for Drain
 	releases releases // releases in flight, which acquisitions wait for
 	durable  durableCheck
+	wait     *waitSpec // Options.WaitReplicas/WaitAOF; nil: none
 }
 
 // New returns a Locker over nodes. Each node must be a separate Redis master
@@ -48,7 +49,20 @@ func New(nodes []Node, opts *Options) (*Locker, error) {
 	if o.RequireDurable && !o.Fencing {
 		return nil, errors.New("redlock: Options.RequireDurable needs Options.Fencing")
 	}
-	return &Locker{nodes: ns, opts: o, bound: o.bound()}, nil
+	wait := newWaitSpec(&o)
+	if wait != nil {
+		for _, n := range ns {
+			if err := checkReplicable(n); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for i := range ns {
+		if ns[i].pipe != nil {
+			ns[i].pipe.wait = wait
+		}
+	}
+	return &Locker{nodes: ns, opts: o, bound: o.bound(), wait: wait}, nil
 }
 
 // TryLock makes one attempt to acquire key for ttl. It returns the lease, or
@@ -287,7 +301,7 @@ func (l *Locker) fanOut(ctx context.Context, f fan, c command, read reader) *quo
 		if wire == nil {
 			wire = c.wire()
 		}
-		j := job{cmd: redis.NewCmd(ctx, wire...), key: c.key, lease: c.lease, role: c.role, timeout: f.timeout, src: c.source(), round: round, node: i, read: read, calls: &l.inflight}
+		j := job{cmd: redis.NewCmd(ctx, wire...), key: c.key, lease: c.lease, role: c.role, replicate: c.replicate && l.wait != nil, timeout: f.timeout, src: c.source(), round: round, node: i, read: read, calls: &l.inflight}
 		if !n.pipe.submit(j) {
 			settle(round, &l.inflight, i, Failed, errNodeBusy)
 		}
@@ -314,6 +328,14 @@ func (l *Locker) call(ctx context.Context, f fan, round *quorum.Round[Outcome], 
 		defer cancel()
 		if err := waitFor(callCtx, f.earlier, n.index); err != nil {
 			return Failed, fmt.Errorf("waiting for this Locker's earlier release on the node: %w", err)
+		}
+		if c.replicate && l.wait != nil {
+			cmd, notReplicated := n.sendReplicated(callCtx, c, l.wait)
+			o, err := read(n.index, cmd)
+			if o == Granted && notReplicated != nil {
+				return Failed, notReplicated
+			}
+			return o, err
 		}
 		return read(n.index, n.send(callCtx, c))
 	}()

@@ -179,6 +179,9 @@ type command struct {
 	argv   []any
 	lease  string // the value of the lease it acts for, where it matters (see role)
 	role   role
+	// replicate: a grant counts only once WAIT (Options.WaitReplicas)
+	// acknowledged it. Acquisitions, extensions and fencing phase 2.
+	replicate bool
 }
 
 // role tells a pipeline which commands of one lease may be withdrawn before
@@ -199,6 +202,12 @@ func scriptCommand(s *script, keys []string, argv ...any) command {
 // of marks c as acting for the lease with value, in role r.
 func (c command) of(value string, r role) command {
 	c.lease, c.role = value, r
+	return c
+}
+
+// replicated marks c as a write whose grant must be replicated.
+func (c command) replicated() command {
+	c.replicate = true
 	return c
 }
 
@@ -239,7 +248,7 @@ type reader func(i int, cmd *redis.Cmd) (Outcome, error)
 // acquireCommand is SET key value NX PX ms GET. GET makes the reply tell the
 // cases apart (see readAcquire).
 func acquireCommand(key, value string, ms int64) command {
-	return command{key: key, args: []any{"SET", key, value, "NX", "PX", ms, "GET"}}.of(value, roleSets)
+	return command{key: key, args: []any{"SET", key, value, "NX", "PX", ms, "GET"}}.of(value, roleSets).replicated()
 }
 
 // readAcquire reads acquireCommand's reply: nil means this call set the key;

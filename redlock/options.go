@@ -70,6 +70,23 @@ type Options struct {
 	// with a bounded queue, and far fewer system calls under concurrency.
 	// Other Node types (ClusterClient, Ring, wrappers) are never pipelined.
 	NoAutoPipeline bool
+
+	// WaitReplicas makes a node's grant count only once that many of its
+	// replicas acknowledged it: acquisitions, extensions and both fencing
+	// phases are followed, on the same connection, by WAIT WaitReplicas
+	// (NodeTimeout/2, at least 1 ms). A node whose replicas fall short votes
+	// failed with ErrNotReplicated. It narrows the window in which a
+	// failover to a replica that never received the lock grants it twice; it
+	// does not close it (see docs/failure-models.md). Releases and Check send
+	// no WAIT. Needs *redis.Client or *redis.ClusterClient nodes.
+	// Default 0: no WAIT; must not be negative.
+	WaitReplicas int
+
+	// WaitAOF sends WAITAOF 1 WaitReplicas instead of WAIT: the node's own
+	// AOF fsync, and WaitReplicas replicas' fsyncs, must be acknowledged. A
+	// node without WAITAOF (before Redis 7.2) or with appendonly no fails its
+	// vote with an error that says so; there is no silent downgrade.
+	WaitAOF bool
 }
 
 // Defaults for Options.
@@ -101,6 +118,9 @@ func (o *Options) withDefaults() (Options, error) {
 		if f.v < 0 {
 			return Options{}, fmt.Errorf("redlock: Options.%s is %v; it must not be negative", f.name, f.v)
 		}
+	}
+	if c.WaitReplicas < 0 {
+		return Options{}, fmt.Errorf("redlock: Options.WaitReplicas is %d; it must not be negative", c.WaitReplicas)
 	}
 	if c.DriftFactor == 0 {
 		c.DriftFactor = DefaultDriftFactor

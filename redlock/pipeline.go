@@ -57,6 +57,7 @@ import (
 //     never leaves a key that was not yet sent.
 type pipeline struct {
 	client     *redis.Client
+	wait       *waitSpec     // WAIT after batches with writes to replicate; nil: none
 	stallAfter time.Duration // a batch in flight this long means the node stopped answering; 0: never
 
 	mu      sync.Mutex
@@ -96,16 +97,21 @@ const (
 
 // job is one queued command and where its reply goes.
 type job struct {
-	cmd     *redis.Cmd
-	key     string // the key whose order it keeps
-	lease   string // the lease's value, for withdraw
-	role    role
-	timeout time.Duration // the batch carrying it may take this long
-	src     string        // a script's source, resent with EVAL after NOSCRIPT; "" for other commands
-	round   *quorum.Round[Outcome]
-	node    int
-	read    func(node int, cmd *redis.Cmd) (Outcome, error)
-	calls   *tracker
+	cmd   *redis.Cmd
+	key   string // the key whose order it keeps
+	lease string // the lease's value, for withdraw
+	role  role
+	// replicate: the batch's WAIT must acknowledge it for a grant to count;
+	// notReplicated is the WAIT's verdict, set before delivery.
+	replicate     bool
+	notReplicated error
+	rerun         bool          // sent again after NOSCRIPT, in a pipeline of its own
+	timeout       time.Duration // the batch carrying it may take this long
+	src           string        // a script's source, resent with EVAL after NOSCRIPT; "" for other commands
+	round         *quorum.Round[Outcome]
+	node          int
+	read          func(node int, cmd *redis.Cmd) (Outcome, error)
+	calls         *tracker
 }
 
 func (j *job) deliver() {
@@ -115,6 +121,9 @@ func (j *job) deliver() {
 		j.cmd.SetErr(nodeTimeout(j.timeout, err))
 	}
 	o, err := j.read(j.node, j.cmd)
+	if o == Granted && j.notReplicated != nil {
+		o, err = Failed, j.notReplicated
+	}
 	settle(j.round, j.calls, j.node, o, err)
 }
 
@@ -306,12 +315,21 @@ func (p *pipeline) exec(batch []job) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	if len(batch) == 1 { // a lone command: go-redis's plain path costs less
+	// One WAIT at the end of a batch covers every write before it on the
+	// connection (Options.WaitReplicas).
+	var wait *redis.Cmd
+	if p.wait != nil && replicates(batch) {
+		wait = redis.NewCmd(ctx, p.wait.args...)
+	}
+	if len(batch) == 1 && wait == nil { // a lone command: go-redis's plain path costs less
 		_ = p.client.Process(ctx, batch[0].cmd)
 	} else {
 		pipe := p.client.Pipeline()
 		for i := range batch {
 			_ = pipe.Process(ctx, batch[i].cmd)
+		}
+		if wait != nil {
+			_ = pipe.Process(ctx, wait)
 		}
 		_, _ = pipe.Exec(ctx)
 	}
@@ -338,14 +356,47 @@ func (p *pipeline) exec(batch []job) {
 			}
 		}
 		j.cmd = j.anew(ctx)
+		j.rerun = true
 		_ = again.Process(ctx, j.cmd)
 	}
+	var waitAgain *redis.Cmd
 	if again != nil {
+		if wait != nil {
+			waitAgain = redis.NewCmd(ctx, p.wait.args...)
+			_ = again.Process(ctx, waitAgain)
+		}
 		_, _ = again.Exec(ctx)
+	}
+	if wait != nil {
+		first := p.wait.verdict(wait)
+		var second error
+		if waitAgain != nil {
+			second = p.wait.verdict(waitAgain)
+		}
+		for i := range batch {
+			switch j := &batch[i]; {
+			case !j.replicate:
+			case j.rerun:
+				j.notReplicated = second
+			default:
+				j.notReplicated = first
+			}
+		}
 	}
 	for i := range batch {
 		batch[i].deliver()
 	}
+}
+
+// replicates reports whether a batch holds a write whose grant must be
+// replicated.
+func replicates(batch []job) bool {
+	for i := range batch {
+		if batch[i].replicate {
+			return true
+		}
+	}
+	return false
 }
 
 // anew returns j's command to send again: a script in full (EVAL), anything

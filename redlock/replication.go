@@ -1,0 +1,172 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrNotReplicated matches the vote of a node that granted (set, extended,
+// or raised a fencing counter) but whose replicas did not acknowledge the
+// write in time under Options.WaitReplicas, or whose AOF fsync was not
+// acknowledged under Options.WaitAOF. Such a node counts as failed, never as
+// contention; a key it set is released like any failed attempt's.
+var ErrNotReplicated = errors.New("redlock: write not acknowledged by enough replicas")
+
+// waitSpec is the WAIT (or WAITAOF) a replicating Locker sends on the same
+// connection right behind the commands whose grants must be replicated.
+//
+// Why on the same connection: WAIT covers every earlier write of its own
+// connection, and nothing else. So the auto-pipeline appends one WAIT to a
+// batch (it covers every command of the batch), and the direct transport
+// sends the command and the WAIT as one two-command pipeline.
+type waitSpec struct {
+	replicas int
+	aof      bool
+	timeout  time.Duration // the server's wait: WAIT's timeout argument
+	args     []any
+}
+
+// newWaitSpec returns the Locker's WAIT, or nil when it replicates nothing.
+//
+// The WAIT timeout is half the NodeTimeout, at least 1 ms: a WAIT whose
+// replicas lag returns its count when its timeout ends, and the other half of
+// the NodeTimeout is left for the command's and the WAIT's replies to come
+// back, so that such a node votes "not replicated" rather than timing out.
+// (A timeout of 0 would block until the replicas answer, for ever if they
+// never do.)
+func newWaitSpec(o *Options) *waitSpec {
+	if o.WaitReplicas == 0 && !o.WaitAOF {
+		return nil
+	}
+	ms := max(1, (o.NodeTimeout / 2).Milliseconds())
+	w := &waitSpec{replicas: o.WaitReplicas, aof: o.WaitAOF, timeout: time.Duration(ms) * time.Millisecond}
+	if o.WaitAOF {
+		w.args = []any{"waitaof", 1, o.WaitReplicas, ms}
+	} else {
+		w.args = []any{"wait", o.WaitReplicas, ms}
+	}
+	return w
+}
+
+// verdict reads the WAIT's reply: nil when the write was acknowledged as
+// asked, an error matching ErrNotReplicated when too few acknowledged, and
+// the node's error otherwise (a server without WAITAOF, or with appendonly
+// off, says so in it).
+func (w *waitSpec) verdict(cmd *redis.Cmd) error {
+	res, err := cmd.Result()
+	if err != nil {
+		switch {
+		case deniedByACL(err):
+			return &permissionError{what: strings.ToUpper(w.args[0].(string)), err: err}
+		case w.aof && strings.Contains(err.Error(), "unknown command"):
+			return fmt.Errorf("redlock: Options.WaitAOF: the node has no WAITAOF (it needs Redis 7.2 or newer, or Valkey): %w", err)
+		case w.aof && strings.Contains(err.Error(), "appendonly"):
+			return fmt.Errorf("redlock: Options.WaitAOF: the node runs with appendonly no, so there is no fsync to wait for: %w", err)
+		}
+		return fmt.Errorf("redlock: %s: %w", strings.ToUpper(w.args[0].(string)), err)
+	}
+	if !w.aof {
+		n, ok := res.(int64)
+		if !ok {
+			return fmt.Errorf("redlock: WAIT replied %v (%T), not a count", res, res)
+		}
+		if n < int64(w.replicas) {
+			return &notReplicatedError{replicas: n, want: w.replicas, within: w.timeout}
+		}
+		return nil
+	}
+	pair, ok := res.([]any)
+	if !ok || len(pair) != 2 {
+		return fmt.Errorf("redlock: WAITAOF replied %v (%T), not [local, replicas]", res, res)
+	}
+	local, ok1 := pair[0].(int64)
+	replicas, ok2 := pair[1].(int64)
+	if !ok1 || !ok2 {
+		return fmt.Errorf("redlock: WAITAOF replied %v, not two counts", res)
+	}
+	if local < 1 || replicas < int64(w.replicas) {
+		return &notReplicatedError{aof: true, local: local, replicas: replicas, want: w.replicas, within: w.timeout}
+	}
+	return nil
+}
+
+// notReplicatedError says how many acknowledged.
+type notReplicatedError struct {
+	aof             bool
+	local, replicas int64
+	want            int
+	within          time.Duration
+}
+
+func (e *notReplicatedError) Error() string {
+	if e.aof {
+		return fmt.Sprintf("%v: WAITAOF: %d of 1 local fsync and %d of %d replicas' fsyncs within %v", ErrNotReplicated, e.local, e.replicas, e.want, e.within)
+	}
+	return fmt.Sprintf("%v: WAIT: %d of %d replicas within %v", ErrNotReplicated, e.replicas, e.want, e.within)
+}
+
+func (e *notReplicatedError) Is(target error) bool { return target == ErrNotReplicated }
+
+// pipeliner is what a node needs for the direct transport's command + WAIT
+// pair: a pipeline on one connection.
+type pipeliner interface {
+	Pipeline() redis.Pipeliner
+}
+
+// checkReplicable rejects, in New, a node on which the WAIT could not be
+// sent on the command's own connection.
+func checkReplicable(n node) error {
+	switch n.Node.(type) {
+	case *redis.Client, *redis.ClusterClient:
+		return nil
+	}
+	return fmt.Errorf("redlock: %s is a %T: Options.WaitReplicas and WaitAOF need a *redis.Client or *redis.ClusterClient, whose WAIT can follow the command on its connection", n.name, n.Node)
+}
+
+// connFor returns the client whose connection serves key: the node itself,
+// or, for a Redis Cluster, the master of key's slot (WAIT has no key, so a
+// cluster pipeline would send it to any node).
+func (n node) connFor(ctx context.Context, key string) (pipeliner, error) {
+	if cc, ok := n.Node.(*redis.ClusterClient); ok {
+		m, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("redlock: the master for %q: %w", key, err)
+		}
+		return m, nil
+	}
+	return n.Node.(pipeliner), nil
+}
+
+// sendReplicated sends c and the WAIT as one pipeline on one connection (a
+// script as EVALSHA, then with EVAL and a second WAIT after NOSCRIPT), and
+// returns c's reply and the WAIT's verdict.
+func (n node) sendReplicated(ctx context.Context, c command, w *waitSpec) (*redis.Cmd, error) {
+	conn, err := n.connFor(ctx, c.key)
+	if err != nil {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd, nil
+	}
+	args := c.wire()
+	for {
+		pipe := conn.Pipeline()
+		cmd := redis.NewCmd(ctx, args...)
+		wait := redis.NewCmd(ctx, w.args...)
+		_ = pipe.Process(ctx, cmd)
+		_ = pipe.Process(ctx, wait)
+		_, _ = pipe.Exec(ctx)
+		if c.script != nil && args[0] == "evalsha" && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			args = append([]any{"eval", c.script.src}, args[2:]...)
+			continue
+		}
+		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) { // nil is SET's grant
+			return cmd, nil // the command's own error decides
+		}
+		return cmd, w.verdict(wait)
+	}
+}
