@@ -147,13 +147,18 @@ func labelNodes(nodes []node, identities []string) {
 	}
 }
 
+// failoverAddr is the address go-redis gives a Sentinel-backed client
+// (redis.NewFailoverClient): the primary it reaches changes with failovers,
+// so such a node is known by its Node value, not an address.
+const failoverAddr = "FailoverClient"
+
 // describe names node i for errors, and returns the server's address where
 // the client says ("" otherwise) and an identity that two Node values share
 // when they reach the same server: the client's network and address
 // (databases of one server are one failure domain, so the database does not
 // count), else the Node value itself.
 func describe(i int, n Node) (name, addr string, identity any) {
-	if c, ok := n.(interface{ Options() *redis.Options }); ok {
+	if c, ok := n.(interface{ Options() *redis.Options }); ok && c.Options().Addr != failoverAddr {
 		o := c.Options()
 		name = fmt.Sprintf("node %d (%s)", i, o.Addr)
 		if o.DB != 0 {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2/server"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redlock/redlock/redlock"
 )
@@ -260,5 +261,22 @@ func TestWaitReplicasAfterNoscript(t *testing.T) {
 		if !errors.Is(err, redlock.ErrNotReplicated) {
 			t.Fatalf("fenced TryLock after SCRIPT FLUSH, no replica acknowledging: %v; want ErrNotReplicated", err)
 		}
+	}
+}
+
+// Sentinel-backed clients all report the address "FailoverClient": New tells
+// them apart by value, not by that address.
+func TestFailoverClientsAreDistinctNodes(t *testing.T) {
+	var nodes []redlock.Node
+	for _, m := range []string{"m0", "m1", "m2"} {
+		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: m, SentinelAddrs: []string{"127.0.0.1:1"}})
+		t.Cleanup(func() { c.Close() })
+		nodes = append(nodes, c)
+	}
+	if _, err := redlock.New(nodes, &redlock.Options{WaitReplicas: 1, Fencing: true}); err != nil {
+		t.Fatalf("New with three failover clients: %v", err)
+	}
+	if _, err := redlock.New([]redlock.Node{nodes[0], nodes[0]}, nil); err == nil {
+		t.Error("New with one failover client twice: no error")
 	}
 }

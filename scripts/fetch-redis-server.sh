@@ -11,6 +11,7 @@
 #   bin/NAME-server a wrapper that starts the server through that loader, so it
 #                   runs on this machine whatever its own libc (give it to
 #                   redlock-bench -spawn -server)
+#   bin/NAME-sentinel the same in Sentinel mode
 #   bin/NAME-cli    the same for the command-line client
 #
 # How: a private apt configuration (its own sources list, package lists and
@@ -36,7 +37,7 @@ esac
 want=${server#*:}
 base=${REDLOCK_SERVERS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/redlock/servers}
 dir="$base/$name-$want"
-if [ -f "$dir/.complete" ]; then
+if [ -f "$dir/.complete" ] && [ -x "$dir/bin/$name-sentinel" ]; then
 	echo "$dir"
 	exit 0
 fi
@@ -64,7 +65,7 @@ rm -rf "$dir/apt" "$dir/debs"
 loader=$(find "$dir/root" -name 'ld-linux-x86-64.so.2' -type f | head -n 1)
 [ -n "$loader" ] || { log "no dynamic loader in the unpacked packages"; exit 1; }
 libs="$dir/root/lib/x86_64-linux-gnu:$dir/root/usr/lib/x86_64-linux-gnu"
-for tool in server cli; do
+for tool in server sentinel cli; do
 	target=check-rdb
 	[ "$tool" = cli ] && target=cli
 	cat >"$dir/bin/$name-$tool" <<EOF

@@ -48,7 +48,10 @@ fi
 
 # One image per server the suite runs on (scripts/build-redis-image.sh pulls it
 # or builds it offline from Debian's packages).
+# The replication, Sentinel and cluster tests run the servers as plain
+# processes (every address they announce is 127.0.0.1): fetch them too.
 for server in ${REDLOCK_TEST_SERVERS:-redis:7.0 redis:8.0 valkey:8.1}; do
 	"$here/build-redis-image.sh" "$server" >/dev/null
+	"$here/fetch-redis-server.sh" "$server" >/dev/null
 done
 log "images: $(docker images --format '{{.Repository}}:{{.Tag}}' 'redlock-test/*' | sort | tr '\n' ' ')"

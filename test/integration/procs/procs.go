@@ -1,0 +1,272 @@
+// Package procs runs Redis and Valkey servers and Sentinels as plain
+// processes on 127.0.0.1, for the tests whose servers tell clients
+// addresses (replicas, Sentinel, Redis Cluster): every address they know
+// and announce is 127.0.0.1:<port>, with no container network in between.
+//
+// The binaries are the wrappers scripts/fetch-redis-server.sh unpacks under
+// $REDLOCK_SERVERS_DIR (default ~/.cache/redlock/servers); scripts/test.sh
+// fetches them. Faults are signals: Freeze (SIGSTOP) and Thaw (SIGCONT) a
+// hung server, Kill (SIGKILL) a crash. Every process is killed when the test
+// ends, and a failed test's log shows each process's output.
+package procs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock/redlock/internal/faultnet"
+)
+
+// Binary returns the path of server's tool ("server", "sentinel" or "cli"),
+// e.g. Binary("valkey:8.1", "sentinel"), failing the test if it was not
+// fetched.
+func Binary(t testing.TB, server, tool string) string {
+	t.Helper()
+	name, version, ok := strings.Cut(server, ":")
+	if !ok {
+		t.Fatalf("procs: server %q: want NAME:VERSION", server)
+	}
+	dir := os.Getenv("REDLOCK_SERVERS_DIR")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir = filepath.Join(home, ".cache", "redlock", "servers")
+	}
+	bin := filepath.Join(dir, name+"-"+version, "bin", name+"-"+tool)
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("procs: %s not found (run scripts/integration-setup.sh, which fetches it): %v", bin, err)
+	}
+	return bin
+}
+
+// Proc is one running server or Sentinel.
+type Proc struct {
+	Name   string // for logs: "node 0 primary"
+	Port   int
+	Addr   string // 127.0.0.1:Port
+	Client *redis.Client
+
+	cmd    *exec.Cmd
+	log    string
+	exited chan struct{}
+	mu     sync.Mutex
+	frozen bool
+}
+
+var (
+	portsMu sync.Mutex
+	used    = map[int]bool{}
+)
+
+// FreePort returns a loopback port that was free a moment ago, from
+// 33000-39999 (below Linux's ephemeral range, away from the Docker
+// harness's), never the same twice in a process.
+func FreePort() (int, error) {
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for port := 33000 + os.Getpid()%3000; port < 40000; port++ {
+		if used[port] {
+			continue
+		}
+		// A Redis Cluster node also listens on port+10000.
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		ln.Close()
+		used[port] = true
+		return port, nil
+	}
+	return 0, errors.New("procs: no free port")
+}
+
+// Start runs bin with --port, --bind 127.0.0.1 and --dir first, then args
+// (or, when args[0] is a .conf file, with args alone: the file says all),
+// and waits until it answers PING. The process is killed when the test ends.
+func Start(t testing.TB, name, bin string, port int, args ...string) *Proc {
+	t.Helper()
+	dir := t.TempDir()
+	p := &Proc{Name: name, Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), log: filepath.Join(dir, "out.log"), exited: make(chan struct{})}
+	all := args
+	if len(args) == 0 || !strings.HasSuffix(args[0], ".conf") {
+		// A full sync starts at once, not after the default 5 s wait for
+		// more replicas to join it.
+		all = append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--repl-diskless-sync-delay", "0"}, args...)
+	}
+	out, err := os.Create(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd = exec.Command(bin, all...)
+	p.cmd.Stdout, p.cmd.Stderr = out, out
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		out.Close()
+		t.Fatalf("procs: start %s (%s): %v", name, bin, err)
+	}
+	go func() { p.cmd.Wait(); out.Close(); close(p.exited) }()
+	p.Client = redis.NewClient(&redis.Options{Addr: p.Addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: 5 * time.Second})
+	t.Cleanup(func() {
+		p.Client.Close()
+		p.Kill()
+		if t.Failed() {
+			b, _ := os.ReadFile(p.log)
+			t.Logf("procs: %s (%s) output:\n%s", name, p.Addr, tail(string(b), 40))
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for p.Client.Ping(ctx).Err() != nil {
+		select {
+		case <-p.exited:
+			b, _ := os.ReadFile(p.log)
+			t.Fatalf("procs: %s exited at start:\n%s", name, tail(string(b), 20))
+		case <-ctx.Done():
+			t.Fatalf("procs: %s not answering on %s after 20s", name, p.Addr)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return p
+}
+
+func tail(s string, lines int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
+}
+
+// Freeze stops the process (SIGSTOP): connections stay open, nothing is
+// answered, replication stops.
+func (p *Proc) Freeze() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.frozen = true
+	return p.cmd.Process.Signal(syscall.SIGSTOP)
+}
+
+// Thaw resumes a frozen process.
+func (p *Proc) Thaw() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.frozen = false
+	return p.cmd.Process.Signal(syscall.SIGCONT)
+}
+
+// Kill kills the process (SIGKILL) and waits for it to exit.
+func (p *Proc) Kill() {
+	p.mu.Lock()
+	if p.frozen {
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	}
+	p.mu.Unlock()
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+}
+
+// Replica is a replica process whose replication link to its primary runs
+// through a fault proxy, so that a test can stop replication cleanly.
+type Replica struct {
+	*Proc
+	link *faultnet.Proxy
+}
+
+// ReplicaOf starts a replica of primary that announces 127.0.0.1, and waits
+// until it is in sync.
+func ReplicaOf(t testing.TB, name, bin string, primary *Proc, args ...string) *Replica {
+	t.Helper()
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	link, err := faultnet.Listen(primary.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { link.Close() })
+	_, linkPort, _ := net.SplitHostPort(link.Addr())
+	r := &Replica{link: link, Proc: Start(t, name, bin, port, append([]string{"--replicaof", "127.0.0.1", linkPort,
+		"--replica-announce-ip", "127.0.0.1"}, args...)...)}
+	r.WaitInSync(t)
+	return r
+}
+
+// WaitInSync waits until the replica's link to its primary is up.
+func (r *Replica) WaitInSync(t testing.TB) {
+	t.Helper()
+	WaitFor(t, 20*time.Second, r.Name+" in sync with its primary", func() (bool, error) {
+		info, err := r.Client.Info(context.Background(), "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up"), nil
+	})
+}
+
+// CutReplication stops the replication stream: the link is dropped, and
+// the replica's attempts to reconnect go into a black hole. Nothing the
+// primary writes from now on reaches the replica (unlike SIGSTOP, which
+// leaves the stream in the replica's socket buffer, to be read on SIGCONT).
+func (r *Replica) CutReplication() {
+	r.link.SetBlackhole(true)
+	r.link.DropConnections()
+}
+
+// RestoreReplication ends the cut: the stalled link is dropped, and the
+// replica reconnects and catches up (partial resync).
+func (r *Replica) RestoreReplication() {
+	r.link.SetBlackhole(false)
+	r.link.DropConnections()
+}
+
+// Sentinel starts a Sentinel that monitors each primary under the name
+// masters[i], with quorum 1 (it decides alone), declaring a primary down
+// after downAfter.
+func Sentinel(t testing.TB, bin string, masters []string, primaries []*Proc, downAfter time.Duration) *Proc {
+	t.Helper()
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "port %d\nbind 127.0.0.1\nsentinel announce-ip 127.0.0.1\ndir %s\n", port, t.TempDir())
+	for i, m := range masters {
+		fmt.Fprintf(&b, "sentinel monitor %s 127.0.0.1 %d 1\n", m, primaries[i].Port)
+		fmt.Fprintf(&b, "sentinel down-after-milliseconds %s %d\n", m, downAfter.Milliseconds())
+		fmt.Fprintf(&b, "sentinel failover-timeout %s 10000\n", m)
+	}
+	conf := filepath.Join(t.TempDir(), "sentinel.conf")
+	if err := os.WriteFile(conf, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return Start(t, "sentinel", bin, port, conf)
+}
+
+// WaitFor polls cond every 20ms until it holds, failing the test after limit.
+func WaitFor(t testing.TB, limit time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	var last error
+	for time.Now().Before(deadline) {
+		ok, err := cond()
+		if ok {
+			return
+		}
+		last = err
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("procs: %s: not true after %v (last error: %v)", what, limit, last)
+}
