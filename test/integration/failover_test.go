@@ -22,8 +22,8 @@ import (
 type sentinelNodes struct {
 	primaries []*procs.Proc
 	replicas  []*procs.Replica
-	sentinel            *procs.Proc
-	masters             []string
+	sentinel  *procs.Proc
+	masters   []string
 }
 
 func startSentinelNodes(t *testing.T) *sentinelNodes {
