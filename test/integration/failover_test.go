@@ -151,3 +151,100 @@ func TestFailoverWithWaitReplicas(t *testing.T) {
 	require.NoError(t, leaseA.Extend(ctx, time.Minute), "A extends through its failover clients once the new primaries have replicas")
 	require.NoError(t, leaseA.Unlock(ctx))
 }
+
+// WAITAOF (Options.WaitAOF) on three primaries with one replica each, all
+// with AOF and appendfsync always. On Redis 8.0 and Valkey 8.1: acquire,
+// extend and fencing succeed once the fsyncs are acknowledged; with two
+// replicas' replication cut the acquisition fails with ErrNotReplicated; on
+// primaries with appendonly no it fails with an error that says so. On Redis
+// 7.0, which has no WAITAOF, it fails with an error that says that. Neither
+// is contention, and no key is left.
+func TestWaitAOF(t *testing.T) {
+	ctx := t.Context()
+	server := harness.SuiteServer()
+	bin := procs.Binary(t, server, "server")
+	aof := []string{"--appendonly", "yes", "--appendfsync", "always", "--save", ""}
+	var primaries []*procs.Proc
+	var replicas []*procs.Replica
+	var nodes []redlock.Node
+	for i := range 3 {
+		port, err := procs.FreePort()
+		require.NoError(t, err)
+		p := procs.Start(t, fmt.Sprintf("node %d primary", i), bin, port, aof...)
+		primaries = append(primaries, p)
+		r := procs.ReplicaOf(t, fmt.Sprintf("node %d replica", i), bin, p, aof...)
+		r.WaitAOFReady(t)
+		replicas = append(replicas, r)
+		c := redis.NewClient(&redis.Options{Addr: p.Addr})
+		t.Cleanup(func() { c.Close() })
+		nodes = append(nodes, c)
+	}
+	// A replica reports its fsyncs with its once-a-second acknowledgement:
+	// WAITAOF 1 1 answers after up to a second (measured on Redis 8.0.2 and
+	// Valkey 8.1.1), so the WAITAOF timeout, half the NodeTimeout, is 1.5 s.
+	l := newLockerOn(t, nodes, &redlock.Options{WaitReplicas: 1, WaitAOF: true, Fencing: true, NodeTimeout: 3 * time.Second})
+	// Wait until each primary's WAITAOF is answered in full, as an operator
+	// would check a new replica before counting on it.
+	acked := func(p *procs.Proc) {
+		t.Helper()
+		procs.WaitFor(t, 20*time.Second, p.Name+": WAITAOF 1 1 acknowledged", func() (bool, error) {
+			if err := p.Client.Set(ctx, "warm", "1", 0).Err(); err != nil {
+				return false, err
+			}
+			r, err := p.Client.Do(ctx, "WAITAOF", 1, 1, 1500).Int64Slice()
+			return err == nil && len(r) == 2 && r[0] == 1 && r[1] == 1, err
+		})
+	}
+	if server != "redis:7.0" {
+		for _, p := range primaries {
+			acked(p)
+		}
+	}
+	noKey := func(why string) {
+		t.Helper()
+		drain(t, l)
+		for _, p := range primaries {
+			n, err := p.Client.Exists(ctx, "aof").Result()
+			require.NoError(t, err)
+			require.Zero(t, n, "%s: key left (%s)", p.Name, why)
+		}
+	}
+	refused := func(says string, is error) {
+		t.Helper()
+		_, err := l.TryLock(ctx, "aof", time.Minute)
+		require.Error(t, err)
+		require.NotErrorIs(t, err, redlock.ErrNotObtained)
+		require.Contains(t, err.Error(), says)
+		if is != nil {
+			require.ErrorIs(t, err, is)
+		}
+		noKey(says)
+	}
+	if server == "redis:7.0" {
+		refused("no WAITAOF", nil)
+		return
+	}
+
+	lease, err := l.TryLock(ctx, "aof", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, lease.Extend(ctx, time.Minute))
+	require.NoError(t, lease.Unlock(ctx))
+
+	for _, r := range replicas[:2] {
+		r.CutReplication()
+	}
+	refused("0 of 1 replicas' fsyncs within 1.5s", redlock.ErrNotReplicated)
+	for _, r := range replicas[:2] {
+		r.RestoreReplication()
+		r.WaitInSync(t)
+		r.WaitAOFReady(t)
+	}
+	for _, p := range primaries {
+		acked(p)
+	}
+
+	for _, p := range primaries {
+		require.NoError(t, p.Client.ConfigSet(ctx, "appendonly", "no").Err())
+	}
+	refused("appendonly no", nil)
+}

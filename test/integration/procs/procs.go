@@ -270,3 +270,15 @@ func WaitFor(t testing.TB, limit time.Duration, what string, cond func() (bool, 
 	}
 	t.Fatalf("procs: %s: not true after %v (last error: %v)", what, limit, last)
 }
+
+// WaitAOFReady waits until the server has AOF on and no rewrite running or
+// scheduled. A replica with AOF rewrites it after each full sync, and
+// acknowledges no fsync (WAITAOF) until that is done.
+func (p *Proc) WaitAOFReady(t testing.TB) {
+	t.Helper()
+	WaitFor(t, 30*time.Second, p.Name+"'s AOF ready", func() (bool, error) {
+		info, err := p.Client.Info(context.Background(), "persistence").Result()
+		return err == nil && strings.Contains(info, "aof_enabled:1") && strings.Contains(info, "aof_rewrite_in_progress:0") &&
+			strings.Contains(info, "aof_rewrite_scheduled:0"), err
+	})
+}
