@@ -38,6 +38,10 @@ type config struct {
 	tlsCA       string          // -tls-ca
 	tlsCert     string          // -tls-cert
 	tlsKey      string          // -tls-key
+	replicas    int             // -replicas: replicas per spawned node
+	waitReps    int             // -wait-replicas: Options.WaitReplicas
+	waitAOF     bool            // -wait-aof: Options.WaitAOF
+	replicate   bool            // set for redlock-wait: apply waitReps and waitAOF
 }
 
 // fault is one scheduled fault: freeze node k at `at` for `for` (0: to the
@@ -53,7 +57,7 @@ type fault struct {
 // transport, for comparing the two.
 var (
 	allImpls   = []string{"redlock", "raw", "redsync", "redsync-failfast"}
-	knownImpls = append([]string{"redlock-direct"}, allImpls...)
+	knownImpls = append([]string{"redlock-direct", "redlock-wait"}, allImpls...)
 )
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -64,6 +68,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&nodes, "nodes", "", "comma-separated `host:port` or redis:// / rediss:// URLs of the nodes to benchmark")
 	fs.IntVar(&c.spawn, "spawn", 0, "start `N` local redis-server processes on free 127.0.0.1 ports")
 	fs.StringVar(&c.server, "server", "", "with -spawn: the server `binary` to start (default redis-server on PATH; e.g. a valkey-server, or a wrapper from scripts/fetch-redis-server.sh)")
+	fs.IntVar(&c.replicas, "replicas", 0, "with -spawn: start `R` replicas of each node")
+	fs.IntVar(&c.waitReps, "wait-replicas", 1, "redlock-wait: count a node's grant once `K` replicas acknowledged it (Options.WaitReplicas)")
+	fs.BoolVar(&c.waitAOF, "wait-aof", false, "redlock-wait: WAITAOF instead of WAIT: the node's and its replicas' fsyncs (Options.WaitAOF)")
 	fs.StringVar(&c.keyPrefix, "key-prefix", "redlock-bench:", "lock names start with this `prefix` (match it to an ACL user's key patterns)")
 	fs.StringVar(&c.tlsCA, "tls-ca", "", "rediss:// nodes: trust the CA certificates in this PEM `file` (default: the system's)")
 	fs.StringVar(&c.tlsCert, "tls-cert", "", "rediss:// nodes: present this client certificate (PEM `file`; with -tls-key)")
@@ -83,7 +90,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.nodeTimeout, "node-timeout", 0, "redlock's per-node timeout (0: the library default, 50ms)")
 	fs.StringVar(&latency, "node-latency", "", "comma-separated one-way `delays`, one per node, through a delay proxy (e.g. 1ms,2ms,3ms,4ms,50ms)")
 	fs.StringVar(&faults, "fault", "", "faults to inject: `freeze:K@T[+D]` or stop:K@T, comma-separated (node K, at T, for D)")
-	fs.StringVar(&impl, "impl", "all", "implementations: redlock, redlock-direct, raw, redsync, redsync-failfast, or all (comma-separated)")
+	fs.StringVar(&impl, "impl", "all", "implementations: redlock, redlock-direct, redlock-wait, raw, redsync, redsync-failfast, or all (comma-separated)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print results as JSON")
 	fs.StringVar(&c.plot, "plot", "", "write a latency CDF per implementation to this SVG `file`")
 	fs.BoolVar(&c.quiet, "q", false, "no progress line")
@@ -154,6 +161,12 @@ func (c *config) validate() error {
 		return fmt.Errorf("-node-timeout %v: must not be negative", c.nodeTimeout)
 	case c.mode != "trylock" && c.mode != "lock" && c.mode != "do":
 		return fmt.Errorf("-mode %q: want trylock, lock or do", c.mode)
+	case c.replicas < 0 || c.replicas > 5:
+		return fmt.Errorf("-replicas %d: need 0 to 5", c.replicas)
+	case c.replicas > 0 && c.spawn == 0:
+		return fmt.Errorf("-replicas %d: only with -spawn", c.replicas)
+	case c.waitReps < 0:
+		return fmt.Errorf("-wait-replicas %d: must not be negative", c.waitReps)
 	case c.server != "" && c.spawn == 0:
 		return fmt.Errorf("-server %s: only with -spawn", c.server)
 	case (c.tlsCA != "" || c.tlsCert != "" || c.tlsKey != "") && len(c.nodes) == 0:

@@ -52,6 +52,13 @@ func newImpl(ctx context.Context, name string, d *deployment, cfg config) (*impl
 			im.name = name
 		}
 		return im, err
+	case "redlock-wait": // this library with Options.WaitReplicas (-wait-replicas, -wait-aof)
+		cfg.replicate = true
+		im, err := newRedlock(ctx, d, cfg)
+		if im != nil {
+			im.name = name
+		}
+		return im, err
 	case "raw":
 		return newRaw(ctx, d, cfg), nil
 	case "redsync":
@@ -91,7 +98,11 @@ func newRedlock(ctx context.Context, d *deployment, cfg config) (*impl, error) {
 		}
 		nodes = append(nodes, c)
 	}
-	l, err := redlock.New(nodes, &redlock.Options{Fencing: cfg.fencing, NodeTimeout: cfg.nodeTimeout, NoAutoPipeline: cfg.noPipeline})
+	o := &redlock.Options{Fencing: cfg.fencing, NodeTimeout: cfg.nodeTimeout, NoAutoPipeline: cfg.noPipeline}
+	if cfg.replicate {
+		o.WaitReplicas, o.WaitAOF = cfg.waitReps, cfg.waitAOF
+	}
+	l, err := redlock.New(nodes, o)
 	if err != nil {
 		return nil, err
 	}
@@ -117,6 +128,13 @@ func newRedlock(ctx context.Context, d *deployment, cfg config) (*impl, error) {
 		transport = "a pooled connection per command (NoAutoPipeline)"
 	}
 	im.about = fmt.Sprintf("this library, mode %s, fencing %v, %s", cfg.mode, cfg.fencing, transport)
+	switch {
+	case !cfg.replicate:
+	case cfg.waitAOF:
+		im.about += fmt.Sprintf(", WAITAOF 1 %d", cfg.waitReps)
+	case cfg.waitReps > 0:
+		im.about += fmt.Sprintf(", WAIT %d", cfg.waitReps)
+	}
 	// Warm, as the README tells users to: the first cycles then measure the
 	// lock, not the handshakes and the scripts' first load.
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -18,6 +18,7 @@
 //	                          rediss:// nodes: a private CA, a client certificate and its key
 //	-spawn N                  start N local redis-server processes on free 127.0.0.1 ports;
 //	                          they are stopped on exit, Ctrl-C included
+//	-replicas R               with -spawn: R replicas of each node (for -impl redlock-wait)
 //	-server PATH              with -spawn: the server to start (a valkey-server, or a wrapper
 //	                          from scripts/fetch-redis-server.sh); the output names its version
 //	-embedded N               in-process nodes (the default, 5)
@@ -55,6 +56,9 @@
 //	redlock            this library
 //	redlock-direct     this library with Options.NoAutoPipeline (a pooled
 //	                   connection and goroutine per command; not in all)
+//	redlock-wait       this library with Options.WaitReplicas -wait-replicas
+//	                   (1), and Options.WaitAOF with -wait-aof; give the nodes
+//	                   replicas with -spawn N -replicas 1 (not in all)
 //	raw                SET NX PX + compare-and-delete on one node: the floor
 //	                   (the third-fastest node under -node-latency)
 //	redsync            github.com/go-redsync/redsync/v4, defaults

@@ -90,6 +90,9 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"-server", "/usr/bin/redis-server"}, "-server /usr/bin/redis-server: only with -spawn"},
 		{[]string{"-spawn", "1", "-server", "/nonexistent/redis-server"}, "-server: "},
 		{[]string{"-tls-ca", "ca.pem"}, "only with -nodes"},
+		{[]string{"-replicas", "1"}, "-replicas 1: only with -spawn"},
+		{[]string{"-spawn", "1", "-replicas", "-1"}, "-replicas -1"},
+		{[]string{"-wait-replicas", "-2"}, "-wait-replicas -2"},
 		{[]string{"-nodes", "rediss://a:1", "-tls-cert", "c.pem"}, "give both or neither"},
 		{[]string{"-nodes", "rediss://a:1", "-tls-ca", "/nonexistent/ca.pem"}, "-tls-ca: open /nonexistent/ca.pem"},
 		{[]string{"-nodes", "rediss://a:1", "-tls-ca", "main_test.go"}, "no PEM certificate"},
@@ -258,6 +261,23 @@ func TestSpawnServer(t *testing.T) {
 		if !strings.Contains(out, bin+", "+want) || !strings.Contains(out, " 0 errors") {
 			t.Errorf("-server %s: want it named with %q, and no errors:\n%s", bin, want, out)
 		}
+	}
+}
+
+// -replicas gives each spawned node replicas, and redlock-wait counts a
+// grant once they acknowledged it (WAIT); without replicas (the control)
+// every redlock-wait attempt fails as not replicated.
+func TestSpawnReplicasAndWait(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Skip("redis-server not on PATH; scripts/test.sh installs it")
+	}
+	out, err := runCLI(t, "-spawn", "2", "-replicas", "1", "-impl", "redlock-wait", "-ops", "40", "-node-timeout", "2s", "-q")
+	if err != nil || !strings.Contains(out, "each with 1 replica(s)") || !strings.Contains(out, "WAIT 1") || !strings.Contains(out, " 0 errors") {
+		t.Fatalf("with replicas: %v\n%s", err, out)
+	}
+	out, err = runCLI(t, "-spawn", "2", "-impl", "redlock-wait", "-ops", "10", "-clients", "1", "-node-timeout", "400ms", "-q")
+	if err != nil || !strings.Contains(out, "10 errors") || !strings.Contains(out, "not acknowledged by enough replicas") {
+		t.Fatalf("without replicas: want every attempt to fail as not replicated; %v\n%s", err, out)
 	}
 }
 

@@ -67,7 +67,7 @@ func newDeployment(ctx context.Context, cfg config) (*deployment, error) {
 	case len(cfg.nodes) > 0:
 		err = d.remote(cfg)
 	case cfg.spawn > 0:
-		err = d.spawn(ctx, cfg.spawn, cfg.server)
+		err = d.spawn(ctx, cfg.spawn, cfg.server, cfg.replicas)
 	default:
 		err = d.embedded(cfg.embedded)
 	}
@@ -165,7 +165,7 @@ func tlsFiles(cfg config) (func(*tls.Config), error) {
 // spawn starts n redis-server processes on free loopback ports; d.close
 // stops them (run's deferred close also runs on Ctrl-C, which only cancels
 // the context).
-func (d *deployment) spawn(ctx context.Context, n int, server string) error {
+func (d *deployment) spawn(ctx context.Context, n int, server string, replicas int) error {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil && server == "" {
 		return errors.New("-spawn: redis-server not found on PATH (Debian: apt-get install redis-server; or give -server)")
@@ -176,34 +176,78 @@ func (d *deployment) spawn(ctx context.Context, n int, server string) error {
 		}
 	}
 	for range n {
-		port, err := freePort()
+		o, err := d.startServer(ctx, bin)
 		if err != nil {
 			return err
 		}
-		cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // not killed twice by the terminal's Ctrl-C
-		if err := cmd.Start(); err != nil {
-			return fmt.Errorf("-spawn: %w", err)
-		}
-		exited := make(chan struct{})
-		go func() { cmd.Wait(); close(exited) }()
-		d.cleanup = append(d.cleanup, func() {
-			cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-exited:
-			case <-time.After(5 * time.Second):
-				cmd.Process.Kill()
-				<-exited
-			}
-		})
-		o := &redis.Options{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
 		d.options = append(d.options, o)
-		if err := waitReady(ctx, o, exited); err != nil {
-			return fmt.Errorf("-spawn: %s on port %d: %w", bin, port, err)
+		for range replicas {
+			r, err := d.startServer(ctx, bin, "--replicaof", "127.0.0.1", strings.TrimPrefix(o.Addr, "127.0.0.1:"),
+				"--replica-announce-ip", "127.0.0.1")
+			if err != nil {
+				return err
+			}
+			if err := waitInSync(ctx, r); err != nil {
+				return fmt.Errorf("-replicas: the replica on %s: %w", r.Addr, err)
+			}
 		}
 	}
 	d.describe = fmt.Sprintf("%d local redis-server processes started by -spawn (%s, %s)", n, bin, serverVersion(ctx, d.options[0]))
+	if replicas > 0 {
+		d.describe += fmt.Sprintf(", each with %d replica(s)", replicas)
+	}
 	return nil
+}
+
+// startServer starts one server process on a free loopback port, stopped by
+// d.close, and waits until it answers.
+func (d *deployment) startServer(ctx context.Context, bin string, args ...string) (*redis.Options, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning", "--repl-diskless-sync-delay", "0"}, args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // not killed twice by the terminal's Ctrl-C
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("-spawn: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	d.cleanup = append(d.cleanup, func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+	o := &redis.Options{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	if err := waitReady(ctx, o, exited); err != nil {
+		return nil, fmt.Errorf("-spawn: %s on port %d: %w", bin, port, err)
+	}
+	return o, nil
+}
+
+// waitInSync waits until the replica at o reports its link to its primary
+// up.
+func waitInSync(ctx context.Context, o *redis.Options) error {
+	c := redis.NewClient(o)
+	defer c.Close()
+	deadline := time.After(20 * time.Second)
+	for {
+		if info, err := c.Info(ctx, "replication").Result(); err == nil && strings.Contains(info, "master_link_status:up") {
+			return nil
+		}
+		select {
+		case <-deadline:
+			return errors.New("not in sync after 20s")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func waitReady(ctx context.Context, o *redis.Options, exited <-chan struct{}) error {
