@@ -362,7 +362,7 @@ func (p *pipeline) exec(batch []job) {
 	var waitAgain *redis.Cmd
 	if again != nil {
 		if wait != nil {
-			waitAgain = redis.NewCmd(ctx, p.wait.args...)
+			waitAgain = redis.NewCmd(ctx, p.wait.within(ctx)...)
 			_ = again.Process(ctx, waitAgain)
 		}
 		_, _ = again.Exec(ctx)

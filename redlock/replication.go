@@ -53,6 +53,21 @@ func newWaitSpec(o *Options) *waitSpec {
 	return w
 }
 
+// within returns the WAIT's arguments for a second WAIT on the same call (a
+// script resent after NOSCRIPT): its timeout is at most half of what is left
+// of ctx, so that the node still answers before its NodeTimeout even when
+// both WAITs run their whole timeout (replicas that lag or are gone).
+func (w *waitSpec) within(ctx context.Context) []any {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return w.args
+	}
+	ms := max(1, min(w.timeout, time.Until(deadline)/2).Milliseconds())
+	args := append([]any(nil), w.args...)
+	args[len(args)-1] = ms
+	return args
+}
+
 // verdict reads the WAIT's reply: nil when the write was acknowledged as
 // asked, an error matching ErrNotReplicated when too few acknowledged, and
 // the node's error otherwise (a server without WAITAOF, or with appendonly
@@ -152,16 +167,17 @@ func (n node) sendReplicated(ctx context.Context, c command, w *waitSpec) (*redi
 		cmd.SetErr(err)
 		return cmd, nil
 	}
-	args := c.wire()
+	args, waitArgs := c.wire(), w.args
 	for {
 		pipe := conn.Pipeline()
 		cmd := redis.NewCmd(ctx, args...)
-		wait := redis.NewCmd(ctx, w.args...)
+		wait := redis.NewCmd(ctx, waitArgs...)
 		_ = pipe.Process(ctx, cmd)
 		_ = pipe.Process(ctx, wait)
 		_, _ = pipe.Exec(ctx)
 		if c.script != nil && args[0] == "evalsha" && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			args = append([]any{"eval", c.script.src}, args[2:]...)
+			waitArgs = w.within(ctx)
 			continue
 		}
 		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) { // nil is SET's grant

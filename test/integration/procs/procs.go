@@ -73,27 +73,33 @@ var (
 	used    = map[int]bool{}
 )
 
-// FreePort returns a loopback port that was free a moment ago, from
-// 33000-39999 (below Linux's ephemeral range, away from the Docker
-// harness's), never the same twice in a process.
+// FreePort returns a loopback port that was free a moment ago, with its
+// cluster bus port (BusPort) free too: from 10000-14999, below Linux's
+// ephemeral range (where outgoing connections could take it first) and
+// away from the Docker harness's 20000-32767. Never the same twice in a
+// process.
 func FreePort() (int, error) {
 	portsMu.Lock()
 	defer portsMu.Unlock()
-	for port := 33000 + os.Getpid()%3000; port < 40000; port++ {
-		if used[port] {
-			continue
-		}
-		// A Redis Cluster node also listens on port+10000.
+	free := func(port int) bool {
 		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
 		if err != nil {
-			continue
+			return false
 		}
 		ln.Close()
-		used[port] = true
-		return port, nil
+		return true
 	}
-	return 0, errors.New("procs: no free port")
+	for port := 10000 + os.Getpid()%2500; port < 15000; port++ {
+		if !used[port] && free(port) && free(BusPort(port)) {
+			used[port] = true
+			return port, nil
+		}
+	}
+	return 0, errors.New("procs: no free port in 10000-14999")
 }
+
+// BusPort is the cluster bus port a cluster node on port listens on.
+func BusPort(port int) int { return port + 5000 }
 
 // Start runs bin with --port, --bind 127.0.0.1 and --dir first, then args
 // (or, when args[0] is a .conf file, with args alone: the file says all),
@@ -281,4 +287,64 @@ func (p *Proc) WaitAOFReady(t testing.TB) {
 		return err == nil && strings.Contains(info, "aof_enabled:1") && strings.Contains(info, "aof_rewrite_in_progress:0") &&
 			strings.Contains(info, "aof_rewrite_scheduled:0"), err
 	})
+}
+
+// Cluster is a Redis Cluster of plain processes: masters, each with
+// replicasEach replicas, every node announcing 127.0.0.1, failing over
+// after a silent second (cluster-node-timeout 1000).
+type Cluster struct {
+	Nodes []*Proc
+}
+
+// StartCluster starts masters×(1+replicasEach) cluster nodes of server and
+// joins them with NAME-cli --cluster create, waiting until every node says
+// cluster_state:ok.
+func StartCluster(t testing.TB, server string, masters, replicasEach int, args ...string) *Cluster {
+	t.Helper()
+	bin := Binary(t, server, "server")
+	c := &Cluster{}
+	var addrs []string
+	for i := range masters * (1 + replicasEach) {
+		port, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := Start(t, fmt.Sprintf("cluster node %d", i), bin, port, append([]string{"--cluster-enabled", "yes",
+			"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000",
+			"--cluster-announce-ip", "127.0.0.1", "--cluster-port", strconv.Itoa(BusPort(port)),
+			"--save", "", "--appendonly", "no"}, args...)...)
+		c.Nodes = append(c.Nodes, p)
+		addrs = append(addrs, p.Addr)
+	}
+	cli := Binary(t, server, "cli")
+	create := exec.Command(cli, append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", strconv.Itoa(replicasEach), "--cluster-yes")...)
+	if out, err := create.CombinedOutput(); err != nil {
+		t.Fatalf("procs: %s --cluster create: %v\n%s", cli, err, tail(string(out), 30))
+	}
+	for _, p := range c.Nodes {
+		WaitFor(t, 30*time.Second, p.Name+" sees the cluster ok", func() (bool, error) {
+			info, err := p.Client.ClusterInfo(context.Background()).Result()
+			return err == nil && strings.Contains(info, "cluster_state:ok"), err
+		})
+	}
+	return c
+}
+
+// Addrs returns every node's address, for a ClusterClient.
+func (c *Cluster) Addrs() []string {
+	out := make([]string, len(c.Nodes))
+	for i, p := range c.Nodes {
+		out[i] = p.Addr
+	}
+	return out
+}
+
+// ByAddr returns the node at addr.
+func (c *Cluster) ByAddr(addr string) *Proc {
+	for _, p := range c.Nodes {
+		if p.Addr == addr {
+			return p
+		}
+	}
+	return nil
 }
