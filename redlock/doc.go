@@ -37,5 +37,14 @@
 // rejecting stale fencing tokens. Treat the lock as an efficiency measure
 // unless the resource checks a token.
 //
-// Requires Redis 7.0 or newer (SET with both NX and GET).
+// # Replicated nodes
+//
+// A node that is a primary with replicas can lose a grant in a failover to
+// a replica that never received it. Options.WaitReplicas counts a node's
+// grant only once WAIT on the same connection reports that many replicas
+// (ErrNotReplicated otherwise); Options.WaitAOF waits for fsyncs instead.
+// This narrows the window; it is not consensus.
+//
+// Requires Redis 7.0 or newer (SET with both NX and GET), or Valkey 8; CI
+// runs Redis 7.0, Redis 8.0 and Valkey 8.1.
 package redlock

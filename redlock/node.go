@@ -18,7 +18,10 @@ import (
 // Node is one independent Redis master. *redis.Client, *redis.ClusterClient,
 // *redis.Ring and redis.UniversalClient all satisfy it. Each Node must be a
 // separate failure domain: Redlock's majority means nothing if two Nodes are
-// the same server, or a primary and its replica.
+// the same server, or a primary and its replica. A Node may itself be
+// replicated: a Sentinel-backed redis.NewFailoverClient, or a Redis Cluster
+// (see Options.WaitReplicas); one ClusterClient alone (N = 1) is a
+// supported configuration.
 type Node interface {
 	redis.Scripter
 	Do(ctx context.Context, args ...any) *redis.Cmd
