@@ -65,6 +65,17 @@ func replicated(t *testing.T, n int, acked int32) (*cluster, []*replicaStub) {
 	return c, stubs
 }
 
+// noKeyLeft drains l and fails the test if a node still has key.
+func noKeyLeft(t *testing.T, l *redlock.Locker, c *cluster, key string) {
+	t.Helper()
+	drain(t, l)
+	for i, m := range c.servers {
+		if m.Exists(key) {
+			t.Errorf("node %d: %s left by the refused attempt", i, key)
+		}
+	}
+}
+
 func waitsSent(stubs []*replicaStub) int {
 	n := 0
 	for _, s := range stubs {
@@ -123,12 +134,7 @@ func TestWaitReplicas(t *testing.T) {
 			if !strings.Contains(err.Error(), "0 of 1 replicas") {
 				t.Errorf("%v: does not say how many replicas acknowledged", err)
 			}
-			drain(t, l)
-			for i, m := range c.servers {
-				if m.Exists("k") {
-					t.Errorf("node %d: key left by the unreplicated attempt", i)
-				}
-			}
+			noKeyLeft(t, l, c, "k")
 		})
 	}
 }
@@ -200,12 +206,7 @@ func TestWaitAOF(t *testing.T) {
 			if tc.want != nil && !errors.Is(err, tc.want) {
 				t.Errorf("TryLock: %v; want %v", err, tc.want)
 			}
-			drain(t, l)
-			for i, m := range c.servers {
-				if m.Exists("k") {
-					t.Errorf("node %d: key left", i)
-				}
-			}
+			noKeyLeft(t, l, c, "k")
 		})
 	}
 }
