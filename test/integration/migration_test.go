@@ -1,0 +1,119 @@
+package integration
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/redlock"
+	"github.com/redlock/redlock/test/integration/harness"
+	"github.com/redlock/redlock/test/integration/procs"
+)
+
+// A slot migration under a cluster node (N = 1, 3 masters), done by hand as
+// redis-cli --cluster reshard does it: SETSLOT IMPORTING / MIGRATING, MIGRATE
+// of the keys, SETSLOT NODE. While the lock's slot migrates:
+//   - a held fenced lease still checks and extends, and contention is still
+//     ErrNotObtained (the key and its counter are both on the source);
+//   - once the key is gone from the source but its counter is not, a fenced
+//     acquisition names two keys that are not all on one side, and Redis
+//     answers TRYAGAIN: the attempt fails as an unavailable node, never as
+//     contention, and leaves nothing behind;
+//   - a plain acquisition (one key) goes through the ASK redirection;
+//   - Lock, given a deadline, waits through the migration and gets its
+//     fenced lease once the slot is settled, with a higher token.
+func TestClusterSlotMigration(t *testing.T) {
+	ctx := t.Context()
+	cluster := procs.StartCluster(t, harness.SuiteServer(), 3, 0)
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), DialTimeout: time.Second})
+	t.Cleanup(func() { cc.Close() })
+	fenced := newLockerOn(t, []redlock.Node{cc}, &redlock.Options{Fencing: true, NodeTimeout: time.Second})
+	plain := newLockerOn(t, []redlock.Node{cc}, &redlock.Options{NodeTimeout: time.Second})
+	const key = "migrating-lock"
+	counter := "{" + key + "}:fencing"
+
+	slot, err := cc.ClusterKeySlot(ctx, key).Result()
+	require.NoError(t, err)
+	master, err := cc.MasterForKey(ctx, key)
+	require.NoError(t, err)
+	source := cluster.ByAddr(master.Options().Addr)
+	require.NotNil(t, source)
+	var target *procs.Proc
+	for _, n := range cluster.Nodes {
+		if n != source {
+			target = n
+			break
+		}
+	}
+	id := func(p *procs.Proc) string {
+		s, err := p.Client.Do(ctx, "CLUSTER", "MYID").Text()
+		require.NoError(t, err)
+		return s
+	}
+	sourceID, targetID := id(source), id(target)
+
+	a, err := fenced.TryLock(ctx, key, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, target.Client.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", sourceID).Err())
+	require.NoError(t, source.Client.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", targetID).Err())
+
+	require.NoError(t, a.Check(ctx), "a held lease while its slot migrates")
+	require.NoError(t, a.Extend(ctx, time.Minute))
+	_, err = fenced.TryLock(ctx, key, time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNotObtained, "contention while the slot migrates")
+	require.NoError(t, a.Unlock(ctx))
+
+	// The key is gone from the source, its counter is not: a fenced
+	// acquisition cannot run on either side.
+	for range 5 {
+		_, err = fenced.TryLock(ctx, key, time.Minute)
+		require.Error(t, err)
+		require.NotErrorIs(t, err, redlock.ErrNotObtained, "TRYAGAIN reported as contention")
+		require.Contains(t, err.Error(), "TRYAGAIN")
+	}
+	drain(t, fenced)
+	p, err := plain.TryLock(ctx, key, time.Minute)
+	require.NoError(t, err, "a plain acquisition through ASK while the slot migrates")
+	require.NoError(t, p.Unlock(ctx))
+
+	// Finish the migration after a while, as reshard would, while Lock waits.
+	migrated := make(chan time.Duration, 1)
+	start := time.Now()
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		ctx := context.Background()
+		_, port, _ := strings.Cut(target.Addr, ":")
+		errs := []error{
+			source.Client.Do(ctx, "MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS", key, counter).Err(),
+		}
+		for _, n := range cluster.Nodes {
+			errs = append(errs, n.Client.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", targetID).Err())
+		}
+		for _, err := range errs {
+			if err != nil && !strings.Contains(err.Error(), "NOKEY") {
+				t.Errorf("finishing the migration: %v", err)
+			}
+		}
+		migrated <- time.Since(start)
+	}()
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	b, err := fenced.Lock(lctx, key, time.Minute)
+	waited := time.Since(start)
+	require.NoError(t, err, "Lock through the migration")
+	settled := <-migrated
+	require.GreaterOrEqual(t, waited, settled-50*time.Millisecond, "Lock won before the slot was settled")
+	t.Logf("Lock waited %v through a migration that settled after %v", waited.Round(time.Millisecond), settled.Round(time.Millisecond))
+	require.Greater(t, b.Token(), a.Token(), "the token after the migration")
+	counterOnTarget, err := target.Client.Get(ctx, counter).Result()
+	require.NoError(t, err, "the counter moved with the key")
+	require.NotEmpty(t, counterOnTarget)
+	_, err = strconv.ParseUint(counterOnTarget, 10, 64)
+	require.NoError(t, err)
+	require.NoError(t, b.Unlock(ctx))
+}
