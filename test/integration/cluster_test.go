@@ -25,7 +25,7 @@ func TestClusterAsOneNode(t *testing.T) {
 	cluster := procs.StartCluster(t, harness.SuiteServer(), 3, 1)
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), DialTimeout: time.Second})
 	t.Cleanup(func() { cc.Close() })
-	opts := &redlock.Options{Fencing: true, WaitReplicas: 1, NodeTimeout: time.Second}
+	opts := &redlock.Options{Fencing: true, WaitReplicas: 1, NodeTimeout: 2 * time.Second}
 	l := newLockerOn(t, []redlock.Node{cc}, opts)
 	require.NoError(t, l.Warm(ctx))
 

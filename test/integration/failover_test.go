@@ -107,7 +107,7 @@ func TestFailoverWithoutWaitDoubleGrants(t *testing.T) {
 func TestFailoverWithWaitReplicas(t *testing.T) {
 	ctx := t.Context()
 	s := startSentinelNodes(t)
-	opts := &redlock.Options{NodeTimeout: time.Second, WaitReplicas: 1, Fencing: true}
+	opts := &redlock.Options{NodeTimeout: 2 * time.Second, WaitReplicas: 1, Fencing: true}
 	a := newLockerOn(t, s.clients(t), opts)
 	require.NoError(t, a.Warm(ctx))
 
