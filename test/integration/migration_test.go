@@ -2,8 +2,11 @@ package integration
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -116,4 +119,149 @@ func TestClusterSlotMigration(t *testing.T) {
 	_, err = strconv.ParseUint(counterOnTarget, 10, 64)
 	require.NoError(t, err)
 	require.NoError(t, b.Unlock(ctx))
+}
+
+// Redlock over three nodes, one of them a 3-master Redis Cluster whose lock
+// slot migrates (the reshard steps by hand) while three clients keep locking
+// one key with fencing, extending and checking inside. The cluster node's
+// fenced commands meet TRYAGAIN while the key and its counter are split, so
+// it counts as an unavailable node and the two other nodes carry the
+// majority: holders never overlap, tokens keep growing, no attempt is
+// reported as contention because of TRYAGAIN, and the clients make progress
+// during and after the migration.
+func TestRedlockWithAClusterNodeUnderMigration(t *testing.T) {
+	ctx := t.Context()
+	server := harness.SuiteServer()
+	cluster := procs.StartCluster(t, server, 3, 0)
+	bin := procs.Binary(t, server, "server")
+	var standalone []*procs.Proc
+	for i := range 2 {
+		port, err := procs.FreePort()
+		require.NoError(t, err)
+		standalone = append(standalone, procs.Start(t, "standalone "+strconv.Itoa(i), bin, port, "--save", "", "--appendonly", "no"))
+	}
+	newNodes := func() []redlock.Node {
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), DialTimeout: time.Second})
+		t.Cleanup(func() { cc.Close() })
+		nodes := []redlock.Node{cc}
+		for _, p := range standalone {
+			c := redis.NewClient(&redis.Options{Addr: p.Addr})
+			t.Cleanup(func() { c.Close() })
+			nodes = append(nodes, c)
+		}
+		return nodes
+	}
+	const key = "redlock-migrating"
+	counter := "{" + key + "}:fencing"
+	cc := newNodes()[0].(*redis.ClusterClient)
+	slot, err := cc.ClusterKeySlot(ctx, key).Result()
+	require.NoError(t, err)
+	master, err := cc.MasterForKey(ctx, key)
+	require.NoError(t, err)
+	source := cluster.ByAddr(master.Options().Addr)
+	require.NotNil(t, source)
+	target := cluster.Nodes[0]
+	if target == source {
+		target = cluster.Nodes[1]
+	}
+	id := func(p *procs.Proc) string {
+		s, err := p.Client.Do(ctx, "CLUSTER", "MYID").Text()
+		require.NoError(t, err)
+		return s
+	}
+	sourceID, targetID := id(source), id(target)
+
+	var (
+		mu                         sync.Mutex
+		inside, overlaps           int
+		lastToken                  uint64
+		regressed, misread         []string
+		acquired, lostInside, errs int
+	)
+	work, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for range 3 {
+		l := newLockerOn(t, newNodes(), &redlock.Options{Fencing: true, NodeTimeout: time.Second})
+		wg.Go(func() {
+			for work.Err() == nil {
+				lctx, cancel := context.WithTimeout(work, 3*time.Second)
+				lease, err := l.Lock(lctx, key, 2*time.Second)
+				cancel()
+				if err != nil {
+					mu.Lock()
+					if strings.Contains(err.Error(), "TRYAGAIN") && errors.Is(err, redlock.ErrNotObtained) && !strings.Contains(err.Error(), "held by another value") {
+						misread = append(misread, err.Error())
+					}
+					errs++
+					mu.Unlock()
+					continue
+				}
+				mu.Lock()
+				inside++
+				if inside > 1 {
+					overlaps++
+				}
+				if lease.Token() <= lastToken {
+					regressed = append(regressed, fmt.Sprintf("%d after %d", lease.Token(), lastToken))
+				}
+				lastToken = max(lastToken, lease.Token())
+				acquired++
+				mu.Unlock()
+				if lease.Extend(work, 2*time.Second) != nil || lease.Check(work) != nil {
+					mu.Lock()
+					lostInside++
+					mu.Unlock()
+				}
+				mu.Lock()
+				inside--
+				mu.Unlock()
+				_ = lease.Unlock(context.WithoutCancel(ctx))
+			}
+		})
+	}
+	t.Cleanup(func() { stop(); wg.Wait() })
+	count := func() int { mu.Lock(); defer mu.Unlock(); return acquired }
+	progress := func(what string) {
+		t.Helper()
+		before := count()
+		eventually(t, 20*time.Second, what, func() (bool, error) { return count() >= before+20, nil })
+	}
+	progress("locks before the migration")
+
+	start := time.Now()
+	require.NoError(t, target.Client.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", sourceID).Err())
+	require.NoError(t, source.Client.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", targetID).Err())
+	progress("locks while the slot migrates")
+	_, port, _ := strings.Cut(target.Addr, ":")
+	for {
+		keys, err := source.Client.Do(ctx, "CLUSTER", "GETKEYSINSLOT", slot, 100).StringSlice()
+		require.NoError(t, err)
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		if err := source.Client.Do(ctx, args...).Err(); err != nil && !strings.Contains(err.Error(), "NOKEY") {
+			require.NoError(t, err)
+		}
+	}
+	for _, n := range cluster.Nodes {
+		require.NoError(t, n.Client.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", targetID).Err())
+	}
+	t.Logf("slot %d migrated in %v", slot, time.Since(start).Round(time.Millisecond))
+	progress("locks after the migration")
+	stop()
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%d acquisitions, last token %d, %d failed attempts, %d leases that failed to extend or check", acquired, lastToken, errs, lostInside)
+	require.Zero(t, overlaps, "two holders at once")
+	require.Empty(t, regressed, "fencing tokens that did not grow")
+	require.Empty(t, misread, "TRYAGAIN reported as contention")
+	v, err := target.Client.Get(ctx, counter).Result()
+	require.NoError(t, err, "the fencing counter on the slot's new master")
+	require.NotEmpty(t, v)
 }
