@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock/redlock/redlock"
@@ -23,8 +22,7 @@ import (
 func TestClusterAsOneNode(t *testing.T) {
 	ctx := t.Context()
 	cluster := procs.StartCluster(t, harness.SuiteServer(), 3, 1)
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), DialTimeout: time.Second})
-	t.Cleanup(func() { cc.Close() })
+	cc := cluster.Client(t)
 	opts := &redlock.Options{Fencing: true, WaitReplicas: 1, NodeTimeout: 2 * time.Second}
 	l := newLockerOn(t, []redlock.Node{cc}, opts)
 	require.NoError(t, l.Warm(ctx))

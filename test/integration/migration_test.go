@@ -33,37 +33,18 @@ import (
 func TestClusterSlotMigration(t *testing.T) {
 	ctx := t.Context()
 	cluster := procs.StartCluster(t, harness.SuiteServer(), 3, 0)
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), DialTimeout: time.Second})
-	t.Cleanup(func() { cc.Close() })
+	cc := cluster.Client(t)
 	fenced := newLockerOn(t, []redlock.Node{cc}, &redlock.Options{Fencing: true, NodeTimeout: time.Second})
 	plain := newLockerOn(t, []redlock.Node{cc}, &redlock.Options{NodeTimeout: time.Second})
 	const key = "migrating-lock"
 	counter := "{" + key + "}:fencing"
-
-	slot, err := cc.ClusterKeySlot(ctx, key).Result()
+	move, err := cluster.MoveSlotOf(ctx, cc, key)
 	require.NoError(t, err)
-	master, err := cc.MasterForKey(ctx, key)
-	require.NoError(t, err)
-	source := cluster.ByAddr(master.Options().Addr)
-	require.NotNil(t, source)
-	var target *procs.Proc
-	for _, n := range cluster.Nodes {
-		if n != source {
-			target = n
-			break
-		}
-	}
-	id := func(p *procs.Proc) string {
-		s, err := p.Client.Do(ctx, "CLUSTER", "MYID").Text()
-		require.NoError(t, err)
-		return s
-	}
-	sourceID, targetID := id(source), id(target)
+	target := move.Target
 
 	a, err := fenced.TryLock(ctx, key, time.Minute)
 	require.NoError(t, err)
-	require.NoError(t, target.Client.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", sourceID).Err())
-	require.NoError(t, source.Client.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", targetID).Err())
+	require.NoError(t, move.Begin(ctx))
 
 	require.NoError(t, a.Check(ctx), "a held lease while its slot migrates")
 	require.NoError(t, a.Extend(ctx, time.Minute))
@@ -89,18 +70,8 @@ func TestClusterSlotMigration(t *testing.T) {
 	start := time.Now()
 	go func() {
 		time.Sleep(300 * time.Millisecond)
-		ctx := context.Background()
-		_, port, _ := strings.Cut(target.Addr, ":")
-		errs := []error{
-			source.Client.Do(ctx, "MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS", key, counter).Err(),
-		}
-		for _, n := range cluster.Nodes {
-			errs = append(errs, n.Client.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", targetID).Err())
-		}
-		for _, err := range errs {
-			if err != nil && !strings.Contains(err.Error(), "NOKEY") {
-				t.Errorf("finishing the migration: %v", err)
-			}
+		if err := move.Finish(context.Background()); err != nil {
+			t.Errorf("finishing the migration: %v", err)
 		}
 		migrated <- time.Since(start)
 	}()
@@ -141,9 +112,7 @@ func TestRedlockWithAClusterNodeUnderMigration(t *testing.T) {
 		standalone = append(standalone, procs.Start(t, "standalone "+strconv.Itoa(i), bin, port, "--save", "", "--appendonly", "no"))
 	}
 	newNodes := func() []redlock.Node {
-		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), DialTimeout: time.Second})
-		t.Cleanup(func() { cc.Close() })
-		nodes := []redlock.Node{cc}
+		nodes := []redlock.Node{cluster.Client(t)}
 		for _, p := range standalone {
 			c := redis.NewClient(&redis.Options{Addr: p.Addr})
 			t.Cleanup(func() { c.Close() })
@@ -153,23 +122,8 @@ func TestRedlockWithAClusterNodeUnderMigration(t *testing.T) {
 	}
 	const key = "redlock-migrating"
 	counter := "{" + key + "}:fencing"
-	cc := newNodes()[0].(*redis.ClusterClient)
-	slot, err := cc.ClusterKeySlot(ctx, key).Result()
+	move, err := cluster.MoveSlotOf(ctx, cluster.Client(t), key)
 	require.NoError(t, err)
-	master, err := cc.MasterForKey(ctx, key)
-	require.NoError(t, err)
-	source := cluster.ByAddr(master.Options().Addr)
-	require.NotNil(t, source)
-	target := cluster.Nodes[0]
-	if target == source {
-		target = cluster.Nodes[1]
-	}
-	id := func(p *procs.Proc) string {
-		s, err := p.Client.Do(ctx, "CLUSTER", "MYID").Text()
-		require.NoError(t, err)
-		return s
-	}
-	sourceID, targetID := id(source), id(target)
 
 	var (
 		mu                         sync.Mutex
@@ -229,28 +183,10 @@ func TestRedlockWithAClusterNodeUnderMigration(t *testing.T) {
 	progress("locks before the migration")
 
 	start := time.Now()
-	require.NoError(t, target.Client.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", sourceID).Err())
-	require.NoError(t, source.Client.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", targetID).Err())
+	require.NoError(t, move.Begin(ctx))
 	progress("locks while the slot migrates")
-	_, port, _ := strings.Cut(target.Addr, ":")
-	for {
-		keys, err := source.Client.Do(ctx, "CLUSTER", "GETKEYSINSLOT", slot, 100).StringSlice()
-		require.NoError(t, err)
-		if len(keys) == 0 {
-			break
-		}
-		args := []any{"MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS"}
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		if err := source.Client.Do(ctx, args...).Err(); err != nil && !strings.Contains(err.Error(), "NOKEY") {
-			require.NoError(t, err)
-		}
-	}
-	for _, n := range cluster.Nodes {
-		require.NoError(t, n.Client.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", targetID).Err())
-	}
-	t.Logf("slot %d migrated in %v", slot, time.Since(start).Round(time.Millisecond))
+	require.NoError(t, move.Finish(ctx))
+	t.Logf("slot %d migrated in %v", move.Slot, time.Since(start).Round(time.Millisecond))
 	progress("locks after the migration")
 	stop()
 	wg.Wait()
@@ -261,7 +197,7 @@ func TestRedlockWithAClusterNodeUnderMigration(t *testing.T) {
 	require.Zero(t, overlaps, "two holders at once")
 	require.Empty(t, regressed, "fencing tokens that did not grow")
 	require.Empty(t, misread, "TRYAGAIN reported as contention")
-	v, err := target.Client.Get(ctx, counter).Result()
+	v, err := move.Target.Client.Get(ctx, counter).Result()
 	require.NoError(t, err, "the fencing counter on the slot's new master")
 	require.NotEmpty(t, v)
 }

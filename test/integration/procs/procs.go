@@ -348,3 +348,87 @@ func (c *Cluster) ByAddr(addr string) *Proc {
 	}
 	return nil
 }
+
+// Client returns a ClusterClient over every node, closed when the test ends.
+func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), DialTimeout: time.Second})
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// SlotMove moves one hash slot from its master (Source) to another master
+// (Target) by the steps redis-cli --cluster reshard takes: Begin marks it
+// IMPORTING on the target and MIGRATING on the source; Finish MIGRATEs its
+// keys and assigns it to the target on every node.
+type SlotMove struct {
+	Slot           int64
+	Source, Target *Proc
+	cluster        *Cluster
+	sourceID       string
+	targetID       string
+}
+
+// MoveSlotOf prepares the move of key's slot.
+func (c *Cluster) MoveSlotOf(ctx context.Context, cc *redis.ClusterClient, key string) (*SlotMove, error) {
+	slot, err := cc.ClusterKeySlot(ctx, key).Result()
+	if err != nil {
+		return nil, err
+	}
+	master, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	m := &SlotMove{Slot: slot, cluster: c, Source: c.ByAddr(master.Options().Addr)}
+	if m.Source == nil {
+		return nil, fmt.Errorf("procs: the slot's master %s is not a node of the cluster", master.Options().Addr)
+	}
+	for _, n := range c.Nodes {
+		if n != m.Source {
+			m.Target = n
+			break
+		}
+	}
+	if m.sourceID, err = m.Source.Client.Do(ctx, "CLUSTER", "MYID").Text(); err != nil {
+		return nil, err
+	}
+	if m.targetID, err = m.Target.Client.Do(ctx, "CLUSTER", "MYID").Text(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Begin marks the slot IMPORTING on the target and MIGRATING on the source.
+func (m *SlotMove) Begin(ctx context.Context) error {
+	if err := m.Target.Client.Do(ctx, "CLUSTER", "SETSLOT", m.Slot, "IMPORTING", m.sourceID).Err(); err != nil {
+		return err
+	}
+	return m.Source.Client.Do(ctx, "CLUSTER", "SETSLOT", m.Slot, "MIGRATING", m.targetID).Err()
+}
+
+// Finish MIGRATEs the slot's keys to the target until none is left, then
+// assigns the slot to the target on every node (SETSLOT NODE).
+func (m *SlotMove) Finish(ctx context.Context) error {
+	_, port, _ := strings.Cut(m.Target.Addr, ":")
+	for {
+		keys, err := m.Source.Client.Do(ctx, "CLUSTER", "GETKEYSINSLOT", m.Slot, 100).StringSlice()
+		if err != nil {
+			return err
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		if err := m.Source.Client.Do(ctx, args...).Err(); err != nil && !strings.Contains(err.Error(), "NOKEY") {
+			return err
+		}
+	}
+	for _, n := range m.cluster.Nodes {
+		if err := n.Client.Do(ctx, "CLUSTER", "SETSLOT", m.Slot, "NODE", m.targetID).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
