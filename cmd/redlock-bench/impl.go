@@ -43,17 +43,13 @@ type impl struct {
 
 func newImpl(ctx context.Context, name string, d *deployment, cfg config) (*impl, error) {
 	switch name {
-	case "redlock":
-		return newRedlock(ctx, d, cfg)
-	case "redlock-direct": // this library over its other transport, for comparison
-		cfg.noPipeline, cfg.goredisPipe = true, false
-		im, err := newRedlock(ctx, d, cfg)
-		if im != nil {
-			im.name = name
+	case "redlock", "redlock-direct", "redlock-wait":
+		switch name {
+		case "redlock-direct": // this library over its other transport, for comparison
+			cfg.noPipeline, cfg.goredisPipe = true, false
+		case "redlock-wait": // this library with Options.WaitReplicas (-wait-replicas, -wait-aof)
+			cfg.replicate = true
 		}
-		return im, err
-	case "redlock-wait": // this library with Options.WaitReplicas (-wait-replicas, -wait-aof)
-		cfg.replicate = true
 		im, err := newRedlock(ctx, d, cfg)
 		if im != nil {
 			im.name = name

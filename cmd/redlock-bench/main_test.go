@@ -275,6 +275,9 @@ func TestSpawnReplicasAndWait(t *testing.T) {
 	if err != nil || !strings.Contains(out, "each with 1 replica(s)") || !strings.Contains(out, "WAIT 1") || !strings.Contains(out, " 0 errors") {
 		t.Fatalf("with replicas: %v\n%s", err, out)
 	}
+	if _, err := os.Stat("dump.rdb"); err == nil {
+		t.Error("a spawned server wrote dump.rdb into the working directory")
+	}
 	out, err = runCLI(t, "-spawn", "2", "-impl", "redlock-wait", "-ops", "10", "-clients", "1", "-node-timeout", "400ms", "-q")
 	if err != nil || !strings.Contains(out, "10 errors") || !strings.Contains(out, "not acknowledged by enough replicas") {
 		t.Fatalf("without replicas: want every attempt to fail as not replicated; %v\n%s", err, out)

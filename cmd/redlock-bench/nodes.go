@@ -201,12 +201,21 @@ func (d *deployment) spawn(ctx context.Context, n int, server string, replicas i
 
 // startServer starts one server process on a free loopback port, stopped by
 // d.close, and waits until it answers.
+//
+// Each server gets a directory of its own, removed with it: a replica's full
+// sync writes an RDB file there even with saving off, and the working
+// directory is no place for it.
 func (d *deployment) startServer(ctx context.Context, bin string, args ...string) (*redis.Options, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin, append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+	dir, err := os.MkdirTemp("", "redlock-bench-")
+	if err != nil {
+		return nil, fmt.Errorf("-spawn: %w", err)
+	}
+	d.cleanup = append(d.cleanup, func() { os.RemoveAll(dir) }) // runs after the stop below (cleanup runs backwards)
+	cmd := exec.Command(bin, append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no",
 		"--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning", "--repl-diskless-sync-delay", "0"}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // not killed twice by the terminal's Ctrl-C
 	if err := cmd.Start(); err != nil {
