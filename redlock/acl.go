@@ -50,16 +50,23 @@ func deniedByACL(err error) bool {
 	return strings.Contains(msg, "ACL failure in script") || strings.Contains(msg, "user executing the script can't run")
 }
 
-// explainDenied wraps read so that a node's ACL refusal of c comes out as a
-// permissionError that names c.
-func explainDenied(c command, read reader) reader {
-	return func(i int, cmd *redis.Cmd) (Outcome, error) {
-		o, err := read(i, cmd)
-		if o == Failed && deniedByACL(err) {
-			err = &permissionError{what: c.describe(), err: err}
-		}
-		return o, err
+// denied returns err as a permissionError that names what (the command or
+// script refused) when err is the node's ACL refusal, and err otherwise.
+func denied(what string, err error) error {
+	if !deniedByACL(err) {
+		return err
 	}
+	return &permissionError{what: what, err: err}
+}
+
+// explainDenied is denied for a node's error in a round that sent c. Only a
+// round that failed explains its errors (roundError), so a round that
+// succeeds pays nothing for it.
+func explainDenied(c command, err error) error {
+	if !deniedByACL(err) {
+		return err // and no description is built
+	}
+	return denied(c.describe(), err)
 }
 
 // describe names c for an error.

@@ -1,12 +1,9 @@
 package redlock
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // serverError is a reply error as go-redis gives it (redis.Error).
@@ -44,10 +41,9 @@ func TestDeniedByACL(t *testing.T) {
 }
 
 // A refusal names what was refused: the command and key, or the script and
-// every command it calls.
+// every command it calls; any other error passes unchanged.
 func TestPermissionErrorNamesWhatWasRefused(t *testing.T) {
-	read := explainDenied(scriptCommand(fenceScript, []string{"k", "{k}:fencing"}, "v", "7"), readScript)
-	_, err := read(0, failedCmd(serverError("ERR The user executing the script can't run this command or subcommand script: x")))
+	err := explainDenied(scriptCommand(fenceScript, []string{"k", "{k}:fencing"}, "v", "7"), serverError("ERR The user executing the script can't run this command or subcommand script: x"))
 	if !errors.Is(err, ErrNoPermission) {
 		t.Fatalf("%v: want ErrNoPermission", err)
 	}
@@ -56,15 +52,12 @@ func TestPermissionErrorNamesWhatWasRefused(t *testing.T) {
 			t.Errorf("%q does not say %q", err, want)
 		}
 	}
-	read = explainDenied(acquireCommand("k", "v", 1000), readAcquire("v"))
-	_, err = read(0, failedCmd(serverError("NOPERM User app has no permissions to run the 'set' command")))
+	err = explainDenied(acquireCommand("k", "v", 1000), serverError("NOPERM User app has no permissions to run the 'set' command"))
 	if !errors.Is(err, ErrNoPermission) || !strings.Contains(err.Error(), `SET on "k"`) {
 		t.Errorf("%v: want ErrNoPermission naming SET on \"k\"", err)
 	}
-}
-
-func failedCmd(err error) *redis.Cmd {
-	cmd := redis.NewCmd(context.Background())
-	cmd.SetErr(err)
-	return cmd
+	other := serverError("ERR value is not an integer or out of range")
+	if err := explainDenied(acquireCommand("k", "v", 1000), other); err != other {
+		t.Errorf("another error became %v", err)
+	}
 }

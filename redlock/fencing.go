@@ -152,11 +152,11 @@ func (l *Locker) fence(ctx context.Context, req request, value string, phase1 *q
 	phase2 := l.fanOut(ctx, fan{after: phase1, skip: notGranted, timeout: l.opts.NodeTimeout}, c, readScript)
 	left := until.Sub(l.opts.Clock.Now())
 	if left <= 0 {
-		return 0, l.roundError(ctx, "acquire", req.key, tally) // validity used up in phase 1
+		return 0, l.roundError(ctx, "acquire", acquireFencedCommand(req.key, req.counter, value, req.ms), tally) // validity used up in phase 1
 	}
 	tally2 := phase2.Decide(ctx, min(l.opts.NodeTimeout, left), granted)
 	if !tally2.Won {
-		e := l.roundError(ctx, "acquire", req.key, tally2)
+		e := l.roundError(ctx, "acquire", c, tally2)
 		e.Op = "acquire (fencing phase)"
 		return 0, e
 	}
@@ -208,9 +208,7 @@ func (n node) durability(ctx context.Context) NodeDurability {
 	d := NodeDurability{Node: n.index, Name: n.name}
 	res, err := n.Do(ctx, "CONFIG", "GET", "appendonly", "appendfsync", "maxmemory-policy").Result()
 	if err != nil {
-		if deniedByACL(err) {
-			err = &permissionError{what: "CONFIG GET (Durability reads appendonly, appendfsync, maxmemory-policy)", err: err}
-		}
+		err = denied("CONFIG GET (Durability reads appendonly, appendfsync, maxmemory-policy)", err)
 		d.Err = fmt.Errorf("CONFIG GET: %w", err)
 		return d
 	}

@@ -218,7 +218,8 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	l.ttl = max(l.ttl, req.granted)
 	l.mu.Unlock()
 	start := lk.opts.Clock.Now()
-	round := lk.fanOut(ctx, fan{timeout: lk.opts.NodeTimeout}, scriptCommand(extendScript, []string{l.key}, l.value, req.ms).replicated(), readScript)
+	c := scriptCommand(extendScript, []string{l.key}, l.value, req.ms).replicated()
+	round := lk.fanOut(ctx, fan{timeout: lk.opts.NodeTimeout}, c, readScript)
 	tally := round.Decide(ctx, min(lk.opts.NodeTimeout, req.budget), granted)
 	until := start.Add(req.budget)
 	if tally.Won && until.After(lk.opts.Clock.Now()) {
@@ -228,7 +229,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		l.mu.Unlock()
 		return nil
 	}
-	e := lk.roundError(ctx, "extend", l.key, tally)
+	e := lk.roundError(ctx, "extend", c, tally)
 	if errors.Is(e.Cause, ErrNotHeld) || l.refuted(tally) {
 		l.expire()
 	} else {
@@ -316,7 +317,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if tally.Won {
 		return nil
 	}
-	return lk.roundError(detached, "unlock", l.key, tally)
+	return lk.roundError(detached, "unlock", scriptCommand(releaseScript, []string{l.key}, l.value), tally)
 }
 
 // Check asks the nodes whether the lease still holds: nil when a majority
@@ -339,10 +340,11 @@ func (l *Lease) Check(ctx context.Context) error {
 		return err
 	}
 	lk := l.locker
-	round := lk.fanOut(ctx, fan{timeout: lk.opts.NodeTimeout}, scriptCommand(checkScript, []string{l.key}, l.value), readScript)
+	c := scriptCommand(checkScript, []string{l.key}, l.value)
+	round := lk.fanOut(ctx, fan{timeout: lk.opts.NodeTimeout}, c, readScript)
 	tally := round.Decide(ctx, lk.opts.NodeTimeout, granted)
 	if !tally.Won {
-		e := lk.roundError(ctx, "check", l.key, tally)
+		e := lk.roundError(ctx, "check", c, tally)
 		if errors.Is(e.Cause, ErrNotHeld) {
 			l.expire()
 		}

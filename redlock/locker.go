@@ -50,14 +50,13 @@ func New(nodes []Node, opts *Options) (*Locker, error) {
 		return nil, errors.New("redlock: Options.RequireDurable needs Options.Fencing")
 	}
 	wait := newWaitSpec(&o)
-	if wait != nil {
-		for _, n := range ns {
-			if err := checkReplicable(n); err != nil {
-				return nil, err
-			}
-		}
-	}
 	for i := range ns {
+		if wait == nil {
+			break
+		}
+		if err := checkReplicable(ns[i]); err != nil {
+			return nil, err
+		}
 		if ns[i].pipe != nil {
 			ns[i].pipe.wait = wait
 		}
@@ -230,7 +229,7 @@ func (l *Locker) attempt(ctx context.Context, req request) (*Lease, error) {
 	if err != nil {
 		return nil, err
 	}
-	return nil, l.roundError(ctx, "acquire", req.key, tally)
+	return nil, l.roundError(ctx, "acquire", c, tally)
 }
 
 // waitGranted waits, for at most NodeTimeout, for round's calls on the nodes
@@ -281,7 +280,6 @@ type fan struct {
 func (l *Locker) fanOut(ctx context.Context, f fan, c command, read reader) *quorum.Round[Outcome] {
 	round := quorum.Begin[Outcome](len(l.nodes))
 	l.inflight.add(len(l.nodes))
-	read = explainDenied(c, read)
 	var wire []any // c as pipelines send it, shared by all nodes
 	for i, n := range l.nodes {
 		if n.pipe == nil {
@@ -332,10 +330,7 @@ func (l *Locker) call(ctx context.Context, f fan, round *quorum.Round[Outcome], 
 		if c.replicate && l.wait != nil {
 			cmd, notReplicated := n.sendReplicated(callCtx, c, l.wait)
 			o, err := read(n.index, cmd)
-			if o == Granted && notReplicated != nil {
-				return Failed, notReplicated
-			}
-			return o, err
+			return replicatedVote(o, err, notReplicated)
 		}
 		return read(n.index, n.send(callCtx, c))
 	}()
@@ -369,11 +364,12 @@ func (l *Locker) release(ctx context.Context, key, value string, acquired *quoru
 func granted(o Outcome, err error) bool { return err == nil && o == Granted }
 
 // roundError describes a round that did not succeed: see QuorumError.
-func (l *Locker) roundError(ctx context.Context, op, key string, tally quorum.Tally[Outcome]) *QuorumError {
-	e := &QuorumError{Op: op, Key: key, Need: tally.Need, Granted: tally.Accepted, Nodes: make([]NodeResult, len(tally.Votes))}
+// c is the round's command: a node's ACL refusal is explained in its terms.
+func (l *Locker) roundError(ctx context.Context, op string, c command, tally quorum.Tally[Outcome]) *QuorumError {
+	e := &QuorumError{Op: op, Key: c.key, Need: tally.Need, Granted: tally.Accepted, Nodes: make([]NodeResult, len(tally.Votes))}
 	taken, missing := 0, 0
 	for i, v := range tally.Votes {
-		e.Nodes[i] = NodeResult{Node: i, Name: l.nodes[i].name, Outcome: v.Value, Err: v.Err}
+		e.Nodes[i] = NodeResult{Node: i, Name: l.nodes[i].name, Outcome: v.Value, Err: explainDenied(c, v.Err)}
 		switch {
 		case v.Err != nil:
 			e.Nodes[i].Outcome = Failed

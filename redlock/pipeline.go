@@ -121,9 +121,7 @@ func (j *job) deliver() {
 		j.cmd.SetErr(nodeTimeout(j.timeout, err))
 	}
 	o, err := j.read(j.node, j.cmd)
-	if o == Granted && j.notReplicated != nil {
-		o, err = Failed, j.notReplicated
-	}
+	o, err = replicatedVote(o, err, j.notReplicated)
 	settle(j.round, j.calls, j.node, o, err)
 }
 

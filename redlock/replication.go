@@ -28,6 +28,7 @@ type waitSpec struct {
 	replicas int
 	aof      bool
 	timeout  time.Duration // the server's wait: WAIT's timeout argument
+	name     string        // WAIT or WAITAOF, for errors
 	args     []any
 }
 
@@ -46,9 +47,9 @@ func newWaitSpec(o *Options) *waitSpec {
 	ms := max(1, (o.NodeTimeout / 2).Milliseconds())
 	w := &waitSpec{replicas: o.WaitReplicas, aof: o.WaitAOF, timeout: time.Duration(ms) * time.Millisecond}
 	if o.WaitAOF {
-		w.args = []any{"waitaof", 1, o.WaitReplicas, ms}
+		w.name, w.args = "WAITAOF", []any{"waitaof", 1, o.WaitReplicas, ms}
 	} else {
-		w.args = []any{"wait", o.WaitReplicas, ms}
+		w.name, w.args = "WAIT", []any{"wait", o.WaitReplicas, ms}
 	}
 	return w
 }
@@ -68,6 +69,16 @@ func (w *waitSpec) within(ctx context.Context) []any {
 	return args
 }
 
+// replicatedVote is a node's vote on a replicated command: its grant fails
+// when its WAIT said the write was not acknowledged (notReplicated). Both
+// transports decide such votes here.
+func replicatedVote(o Outcome, err, notReplicated error) (Outcome, error) {
+	if o == Granted && notReplicated != nil {
+		return Failed, notReplicated
+	}
+	return o, err
+}
+
 // verdict reads the WAIT's reply: nil when the write was acknowledged as
 // asked, an error matching ErrNotReplicated when too few acknowledged, and
 // the node's error otherwise (a server without WAITAOF, or with appendonly
@@ -77,13 +88,13 @@ func (w *waitSpec) verdict(cmd *redis.Cmd) error {
 	if err != nil {
 		switch {
 		case deniedByACL(err):
-			return &permissionError{what: strings.ToUpper(w.args[0].(string)), err: err}
+			return denied(w.name, err)
 		case w.aof && strings.Contains(err.Error(), "unknown command"):
 			return fmt.Errorf("redlock: Options.WaitAOF: the node has no WAITAOF (it needs Redis 7.2 or newer, or Valkey): %w", err)
 		case w.aof && strings.Contains(err.Error(), "appendonly"):
 			return fmt.Errorf("redlock: Options.WaitAOF: the node runs with appendonly no, so there is no fsync to wait for: %w", err)
 		}
-		return fmt.Errorf("redlock: %s: %w", strings.ToUpper(w.args[0].(string)), err)
+		return fmt.Errorf("redlock: %s: %w", w.name, err)
 	}
 	if !w.aof {
 		n, ok := res.(int64)

@@ -49,37 +49,29 @@ func (l *Locker) Warm(ctx context.Context) error {
 		go func() { answers <- answer{i, n.warm(ctx)} }()
 	}
 	results := make([]NodeResult, len(l.nodes))
-	answered := make([]bool, len(l.nodes))
-	failed := false
+	for i, n := range l.nodes {
+		results[i] = NodeResult{Node: i, Name: n.name, Outcome: Failed} // until it answers
+	}
+collect:
 	for range l.nodes {
 		select {
 		case a := <-answers:
-			answered[a.i] = true
+			if a.err == nil {
+				results[a.i].Outcome = Granted
+			}
 			results[a.i].Err = a.err
 		case <-ctx.Done():
 			// A call blocked on a read waits for the client's ReadTimeout,
 			// not for ctx; it ends in the background.
-		}
-		if ctx.Err() != nil {
-			break
+			break collect
 		}
 	}
-	for drained := false; !drained; { // answers that came with ctx's end
-		select {
-		case a := <-answers:
-			answered[a.i], results[a.i].Err = true, a.err
-		default:
-			drained = true
-		}
-	}
-	for i, n := range l.nodes {
-		results[i].Node, results[i].Name, results[i].Outcome = i, n.name, Granted
-		if !answered[i] {
+	failed := false
+	for i := range results {
+		if results[i].Outcome == Failed && results[i].Err == nil {
 			results[i].Err = fmt.Errorf("no answer before the context ended: %w", context.Cause(ctx))
 		}
-		if results[i].Err != nil {
-			results[i].Outcome, failed = Failed, true
-		}
+		failed = failed || results[i].Err != nil
 	}
 	if failed {
 		return &WarmError{Nodes: results}
@@ -97,18 +89,12 @@ var warmScripts = []*script{releaseScript, extendScript, checkScript, acquireFen
 // idle.
 func (n node) warm(ctx context.Context) error {
 	if err := n.dial(ctx); err != nil {
-		if deniedByACL(err) {
-			err = &permissionError{what: "PING", err: err}
-		}
-		return fmt.Errorf("PING: %w", err)
+		return fmt.Errorf("PING: %w", denied("PING", err))
 	}
 	for _, s := range warmScripts {
 		sha, err := n.ScriptLoad(ctx, s.src).Result()
-		if deniedByACL(err) {
-			err = &permissionError{what: "SCRIPT LOAD of the " + s.name + " script", err: err}
-		}
 		if err != nil {
-			return fmt.Errorf("SCRIPT LOAD: %w", err)
+			return fmt.Errorf("SCRIPT LOAD: %w", denied("SCRIPT LOAD of the "+s.name+" script", err))
 		}
 		if !strings.EqualFold(sha, s.Hash()) {
 			return fmt.Errorf("SCRIPT LOAD: the node named the script %s, not its SHA-1 %s", sha, s.Hash())
