@@ -138,12 +138,6 @@ func (e *notReplicatedError) Error() string {
 
 func (e *notReplicatedError) Is(target error) bool { return target == ErrNotReplicated }
 
-// pipeliner is what a node needs for the direct transport's command + WAIT
-// pair: a pipeline on one connection.
-type pipeliner interface {
-	Pipeline() redis.Pipeliner
-}
-
 // checkReplicable rejects, in New, a node on which the WAIT could not be
 // sent on the command's own connection.
 func checkReplicable(n node) error {
@@ -154,25 +148,13 @@ func checkReplicable(n node) error {
 	return fmt.Errorf("redlock: %s is a %T: Options.WaitReplicas and WaitAOF need a *redis.Client or *redis.ClusterClient, whose WAIT can follow the command on its connection", n.name, n.Node)
 }
 
-// connFor returns the client whose connection serves key: the node itself,
-// or, for a Redis Cluster, the master of key's slot (WAIT has no key, so a
-// cluster pipeline would send it to any node).
-func (n node) connFor(ctx context.Context, key string) (pipeliner, error) {
-	if cc, ok := n.Node.(*redis.ClusterClient); ok {
-		m, err := cc.MasterForKey(ctx, key)
-		if err != nil {
-			return nil, fmt.Errorf("redlock: the master for %q: %w", key, err)
-		}
-		return m, nil
-	}
-	return n.Node.(pipeliner), nil
-}
-
 // sendReplicated sends c and the WAIT as one pipeline on one connection (a
 // script as EVALSHA, then with EVAL and a second WAIT after NOSCRIPT), and
-// returns c's reply and the WAIT's verdict.
+// returns c's reply and the WAIT's verdict. On a Redis Cluster node the pair
+// goes to the master of c's slot and follows its MOVED and ASK redirections
+// itself (see clusterRoute), since it bypasses the ClusterClient's own.
 func (n node) sendReplicated(ctx context.Context, c command, w *waitSpec) (*redis.Cmd, error) {
-	conn, err := n.connFor(ctx, c.key)
+	route, err := n.routeFor(ctx, c.key)
 	if err != nil {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(err)
@@ -180,7 +162,10 @@ func (n node) sendReplicated(ctx context.Context, c command, w *waitSpec) (*redi
 	}
 	args, waitArgs := c.wire(), w.args
 	for {
-		pipe := conn.Pipeline()
+		pipe := route.conn.Pipeline()
+		if route.asking {
+			_ = pipe.Process(ctx, redis.NewStatusCmd(ctx, "asking"))
+		}
 		cmd := redis.NewCmd(ctx, args...)
 		wait := redis.NewCmd(ctx, waitArgs...)
 		_ = pipe.Process(ctx, cmd)
@@ -188,6 +173,10 @@ func (n node) sendReplicated(ctx context.Context, c command, w *waitSpec) (*redi
 		_, _ = pipe.Exec(ctx)
 		if c.script != nil && args[0] == "evalsha" && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			args = append([]any{"eval", c.script.src}, args[2:]...)
+			waitArgs = w.within(ctx)
+			continue
+		}
+		if route.follow(ctx, cmd.Err()) {
 			waitArgs = w.within(ctx)
 			continue
 		}

@@ -35,23 +35,31 @@ import (
 // fetched.
 func Binary(t testing.TB, server, tool string) string {
 	t.Helper()
+	bin, err := binaryPath(server, tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+func binaryPath(server, tool string) (string, error) {
 	name, version, ok := strings.Cut(server, ":")
 	if !ok {
-		t.Fatalf("procs: server %q: want NAME:VERSION", server)
+		return "", fmt.Errorf("procs: server %q: want NAME:VERSION", server)
 	}
 	dir := os.Getenv("REDLOCK_SERVERS_DIR")
 	if dir == "" {
 		home, err := os.UserHomeDir()
 		if err != nil {
-			t.Fatal(err)
+			return "", err
 		}
 		dir = filepath.Join(home, ".cache", "redlock", "servers")
 	}
 	bin := filepath.Join(dir, name+"-"+version, "bin", name+"-"+tool)
 	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("procs: %s not found (run scripts/integration-setup.sh, which fetches it): %v", bin, err)
+		return "", fmt.Errorf("procs: %s not found (run scripts/integration-setup.sh, which fetches it): %w", bin, err)
 	}
-	return bin
+	return bin, nil
 }
 
 // Proc is one running server or Sentinel.
@@ -175,6 +183,16 @@ func (p *Proc) Thaw() error {
 	return p.cmd.Process.Signal(syscall.SIGCONT)
 }
 
+// Alive reports whether the process is still running.
+func (p *Proc) Alive() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
 // Kill kills the process (SIGKILL) and waits for it to exit.
 func (p *Proc) Kill() {
 	p.mu.Lock()
@@ -293,7 +311,8 @@ func (p *Proc) WaitAOFReady(t testing.TB) {
 // replicasEach replicas, every node announcing 127.0.0.1, failing over
 // after a silent second (cluster-node-timeout 1000).
 type Cluster struct {
-	Nodes []*Proc
+	Nodes  []*Proc
+	server string
 }
 
 // StartCluster starts masters×(1+replicasEach) cluster nodes of server and
@@ -302,7 +321,7 @@ type Cluster struct {
 func StartCluster(t testing.TB, server string, masters, replicasEach int, args ...string) *Cluster {
 	t.Helper()
 	bin := Binary(t, server, "server")
-	c := &Cluster{}
+	c := &Cluster{server: server}
 	var addrs []string
 	for i := range masters * (1 + replicasEach) {
 		port, err := FreePort()
@@ -349,6 +368,94 @@ func (c *Cluster) ByAddr(addr string) *Proc {
 	return nil
 }
 
+// MasterOfSlot returns the master that the first live node asked says
+// serves slot (CLUSTER SLOTS).
+func (c *Cluster) MasterOfSlot(ctx context.Context, slot int64) (*Proc, error) {
+	var last error = errors.New("no live node")
+	for _, n := range c.Nodes {
+		if !n.Alive() {
+			continue
+		}
+		ranges, err := n.Client.ClusterSlots(ctx).Result()
+		if err != nil {
+			last = err
+			continue
+		}
+		for _, r := range ranges {
+			if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
+				if p := c.ByAddr(r.Nodes[0].Addr); p != nil {
+					return p, nil
+				}
+				return nil, fmt.Errorf("procs: slot %d's master %s is not a node of the cluster", slot, r.Nodes[0].Addr)
+			}
+		}
+		return nil, fmt.Errorf("procs: %s says no node serves slot %d", n.Name, slot)
+	}
+	return nil, last
+}
+
+// Masters returns the live nodes whose ROLE is master.
+func (c *Cluster) Masters(ctx context.Context) ([]*Proc, error) {
+	var out []*Proc
+	for _, n := range c.Nodes {
+		if !n.Alive() {
+			continue
+		}
+		role, err := n.Client.Do(ctx, "ROLE").Slice()
+		if err != nil {
+			return nil, fmt.Errorf("procs: ROLE of %s: %w", n.Name, err)
+		}
+		if len(role) > 0 && role[0] == "master" {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// ReplicasOf returns the live nodes that replicate master (INFO replication).
+func (c *Cluster) ReplicasOf(ctx context.Context, master *Proc) ([]*Proc, error) {
+	var out []*Proc
+	for _, n := range c.Nodes {
+		if n == master || !n.Alive() {
+			continue
+		}
+		info, err := n.Client.Info(ctx, "replication").Result()
+		if err != nil {
+			return nil, err
+		}
+		if strings.Contains(info, "role:slave") && strings.Contains(info, fmt.Sprintf("master_port:%d\r\n", master.Port)) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// Reshard moves slots hash slots from one master to another with the real
+// NAME-cli --cluster reshard, which takes the lowest-numbered slots of from
+// first, and returns how long it ran.
+func (c *Cluster) Reshard(ctx context.Context, from, to *Proc, slots int) (time.Duration, error) {
+	fromID, err := from.Client.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		return 0, err
+	}
+	toID, err := to.Client.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		return 0, err
+	}
+	cli, err := binaryPath(c.server, "cli")
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	out, err := exec.CommandContext(ctx, cli, "--cluster", "reshard", from.Addr, "--cluster-from", fromID, "--cluster-to", toID,
+		"--cluster-slots", strconv.Itoa(slots), "--cluster-yes").CombinedOutput()
+	took := time.Since(start)
+	if err != nil {
+		return took, fmt.Errorf("procs: %s --cluster reshard: %w\n%s", cli, err, tail(string(out), 30))
+	}
+	return took, nil
+}
+
 // Client returns a ClusterClient over every node, closed when the test ends.
 func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs(), DialTimeout: time.Second})
@@ -382,11 +489,18 @@ func (c *Cluster) MoveSlotOf(ctx context.Context, cc *redis.ClusterClient, key s
 	if m.Source == nil {
 		return nil, fmt.Errorf("procs: the slot's master %s is not a node of the cluster", master.Options().Addr)
 	}
-	for _, n := range c.Nodes {
+	masters, err := c.Masters(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range masters {
 		if n != m.Source {
 			m.Target = n
 			break
 		}
+	}
+	if m.Target == nil {
+		return nil, errors.New("procs: no other master to move the slot to")
 	}
 	if m.sourceID, err = m.Source.Client.Do(ctx, "CLUSTER", "MYID").Text(); err != nil {
 		return nil, err
@@ -406,7 +520,8 @@ func (m *SlotMove) Begin(ctx context.Context) error {
 }
 
 // Finish MIGRATEs the slot's keys to the target until none is left, then
-// assigns the slot to the target on every node (SETSLOT NODE).
+// assigns the slot to the target on every master (SETSLOT NODE; replicas
+// learn it from their masters).
 func (m *SlotMove) Finish(ctx context.Context) error {
 	_, port, _ := strings.Cut(m.Target.Addr, ":")
 	for {
@@ -425,7 +540,11 @@ func (m *SlotMove) Finish(ctx context.Context) error {
 			return err
 		}
 	}
-	for _, n := range m.cluster.Nodes {
+	masters, err := m.cluster.Masters(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range masters {
 		if err := n.Client.Do(ctx, "CLUSTER", "SETSLOT", m.Slot, "NODE", m.targetID).Err(); err != nil {
 			return err
 		}
