@@ -1,14 +1,18 @@
 // Package drift is the arithmetic of a Redlock lease's validity: how much of
 // a TTL a client may count on after it spent some of it acquiring the lock,
-// allowing for clocks that do not tick at exactly the same rate.
+// allowing for clocks that do not tick at exactly the same rate; and the
+// measurement of a node's clock that checks that allowance.
 //
 // Everything here is a pure function of its arguments, with no I/O and no
-// clock; the caller passes the elapsed time it measured. The API is
-// deliberately tiny and stable: Bound, Default, Granted and Validity.
+// clock; the caller passes the times it measured. The API is deliberately
+// tiny and stable: Bound, Default, Granted and Validity for the arithmetic;
+// Estimator, fed Readings of a node's clock, for its rate and its Jumps.
 //
 // It is not a clock-synchronisation scheme. Redlock assumes that clocks of
 // the client and the servers advance at nearly the same rate; the drift bound
-// is how much disagreement the client tolerates, not a measurement.
+// is how much disagreement the client tolerates. An Estimator measures the
+// disagreement, so that a client can notice when a node breaks the bound; it
+// never corrects a clock.
 package drift
 
 import (
