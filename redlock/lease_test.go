@@ -236,6 +236,7 @@ func TestBadInput(t *testing.T) {
 		{"negative DriftFixed", nodes, &redlock.Options{DriftFixed: -1}, "DriftFixed"},
 		{"DriftFactor 1", nodes, &redlock.Options{DriftFactor: 1}, "DriftFactor"},
 		{"negative DriftFactor", nodes, &redlock.Options{DriftFactor: -0.5}, "DriftFactor"},
+		{"negative MaxTTL", nodes, &redlock.Options{MaxTTL: -1}, "MaxTTL"},
 	}
 	for _, tt := range newCases {
 		t.Run("New/"+tt.name, func(t *testing.T) {
@@ -264,6 +265,7 @@ func TestBadInput(t *testing.T) {
 		{"negative ttl", t.Context(), "k", -time.Second, "must be positive"},
 		{"ttl under a millisecond", t.Context(), "k", time.Microsecond, "resolution"},
 		{"ttl within the drift bound", t.Context(), "k", 2 * time.Millisecond, "drift allowance"},
+		{"ttl above MaxTTL", t.Context(), "k", time.Minute + time.Millisecond, "ttl 1m0.001s is longer than Options.MaxTTL (1m0s)"},
 		{"nil context", nil, "k", time.Second, "nil context"},
 		{"context already done", done, "k", time.Second, "context canceled"},
 		{"a fencing counter's name", t.Context(), "{k}:fencing", time.Second, `reserved: it is the fencing counter of lock "k"`},
@@ -296,6 +298,12 @@ func TestBadInput(t *testing.T) {
 		require.NoError(t, err)
 		defer lease.Unlock(t.Context())
 		assert.ErrorContains(t, lease.Extend(t.Context(), 0), "must be positive")
+		assert.ErrorContains(t, lease.Extend(t.Context(), 2*time.Minute), "longer than Options.MaxTTL")
+		err = l.Do(t.Context(), "other", 2*time.Minute, func(context.Context, *redlock.Lease) error {
+			t.Error("Do ran its function with a TTL above MaxTTL")
+			return nil
+		})
+		assert.ErrorContains(t, err, "longer than Options.MaxTTL")
 		assert.ErrorContains(t, lease.Extend(done, time.Minute), "context canceled")
 		assert.ErrorContains(t, lease.Check(done), "context canceled")
 		assert.NoError(t, lease.Check(t.Context()), "rejected calls must not harm the lease")
@@ -422,4 +430,16 @@ func TestSlowReleaseStillLands(t *testing.T) {
 	require.NoError(t, lease.Unlock(t.Context())) // nodes 1 and 2 decide it
 	drain(t, l)
 	assert.Empty(t, c.holding("k", lease.Value()), "the slow node kept the key")
+}
+
+// MaxTTL may be raised for locks held longer; the default refuses them.
+func TestMaxTTL(t *testing.T) {
+	c := newCluster(t, 3)
+	long := newLocker(t, c.nodes(nil), &redlock.Options{MaxTTL: time.Hour})
+	lease, err := long.TryLock(t.Context(), "k", time.Hour)
+	require.NoError(t, err)
+	require.NoError(t, lease.Extend(t.Context(), 30*time.Minute))
+	require.NoError(t, lease.Unlock(t.Context()))
+	_, err = long.TryLock(t.Context(), "k", time.Hour+time.Millisecond)
+	require.ErrorContains(t, err, "longer than Options.MaxTTL (1h0m0s)")
 }

@@ -172,6 +172,8 @@ func (l *Locker) request(ctx context.Context, op, key string, ttl time.Duration)
 		return request{}, fmt.Errorf("redlock: %s: key of %d bytes is longer than MaxKeyLen (%d)", op, len(key), MaxKeyLen)
 	case ttl <= 0:
 		return request{}, fmt.Errorf("redlock: %s %q: ttl %v must be positive", op, key, ttl)
+	case ttl > l.opts.MaxTTL:
+		return request{}, fmt.Errorf("redlock: %s %q: ttl %v is longer than Options.MaxTTL (%v)", op, key, ttl, l.opts.MaxTTL)
 	}
 	if lock, ok := counterOf(key); ok {
 		return request{}, fmt.Errorf("redlock: %s %q: the name is reserved: it is the fencing counter of lock %q", op, key, lock)

@@ -49,6 +49,15 @@ type Options struct {
 	// key per lock name on every node. At most 256 nodes.
 	Fencing bool
 
+	// MaxTTL is the longest TTL a lease may ask for: TryLock, Lock, Extend
+	// and Do refuse a TTL above it with an error that names both. Every key
+	// this library sets then expires within MaxTTL of its last write, which
+	// is what lets a node that forgot its keys (a restart without
+	// persistence, a flush) rejoin safely once MaxTTL has passed: the
+	// Redis documentation's delayed restart (see docs/failure-models.md).
+	// Default 1 minute; must not be negative.
+	MaxTTL time.Duration
+
 	// MaxHold bounds how long Do keeps extending a lease: once another
 	// extension would carry it past MaxHold since it was acquired, Do stops
 	// extending and the lease runs out. Zero means no bound; must not be
@@ -102,6 +111,7 @@ const (
 	DefaultNodeTimeout = 50 * time.Millisecond
 	DefaultRetryDelay  = 25 * time.Millisecond
 	DefaultRetryJitter = 50 * time.Millisecond
+	DefaultMaxTTL      = time.Minute
 )
 
 // withDefaults returns a copy of o with defaults applied, or an error naming
@@ -120,6 +130,7 @@ func (o *Options) withDefaults() (Options, error) {
 		{"RetryDelay", c.RetryDelay},
 		{"RetryJitter", c.RetryJitter},
 		{"MaxHold", c.MaxHold},
+		{"MaxTTL", c.MaxTTL},
 	} {
 		if f.v < 0 {
 			return Options{}, fmt.Errorf("redlock: Options.%s is %v; it must not be negative", f.name, f.v)
@@ -145,6 +156,9 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if c.RetryJitter == 0 {
 		c.RetryJitter = DefaultRetryJitter
+	}
+	if c.MaxTTL == 0 {
+		c.MaxTTL = DefaultMaxTTL
 	}
 	if c.Clock == nil {
 		c.Clock = clock.System{}

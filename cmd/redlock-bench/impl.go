@@ -94,7 +94,7 @@ func newRedlock(ctx context.Context, d *deployment, cfg config) (*impl, error) {
 		}
 		nodes = append(nodes, c)
 	}
-	o := &redlock.Options{Fencing: cfg.fencing, NodeTimeout: cfg.nodeTimeout, NoAutoPipeline: cfg.noPipeline}
+	o := &redlock.Options{Fencing: cfg.fencing, NodeTimeout: cfg.nodeTimeout, NoAutoPipeline: cfg.noPipeline, MaxTTL: max(redlock.DefaultMaxTTL, cfg.ttl)}
 	if cfg.replicate {
 		o.WaitReplicas, o.WaitAOF = cfg.waitReps, cfg.waitAOF
 	}
