@@ -162,13 +162,20 @@ func TestEstimatorJumps(t *testing.T) {
 	}
 }
 
-// A step smaller than the bound allows between two readings is not a jump:
-// the Fixed part of the bound (2 ms by default) absorbs it.
-func TestEstimatorStepWithinTheBound(t *testing.T) {
+// steady returns a node read 100 times, 10 ms apart, with sub-millisecond
+// round trips, and the Estimator that read it.
+func steady() (*node, *sampler, *drift.Estimator) {
 	n := &node{wall: time.Unix(1e9, 0)}
 	s := newSampler(n, 10*time.Millisecond, 200*time.Microsecond, 400*time.Microsecond)
 	e := drift.NewEstimator(drift.Default)
 	observe(e, s, 100)
+	return n, s, e
+}
+
+// A step smaller than the bound allows between two readings is not a jump:
+// the Fixed part of the bound (2 ms by default) absorbs it.
+func TestEstimatorStepWithinTheBound(t *testing.T) {
+	n, s, e := steady()
 	n.steps += time.Millisecond
 	if jumps := observe(e, s, 100); len(jumps) > 0 {
 		t.Fatalf("a 1 ms step counted as a jump: %+v", jumps)
@@ -178,10 +185,7 @@ func TestEstimatorStepWithinTheBound(t *testing.T) {
 // A node frozen for two seconds between request and reply kept time: its
 // reply is late, not its clock.
 func TestEstimatorFrozenNode(t *testing.T) {
-	n := &node{wall: time.Unix(1e9, 0)}
-	s := newSampler(n, 10*time.Millisecond, 200*time.Microsecond, 400*time.Microsecond)
-	e := drift.NewEstimator(drift.Default)
-	observe(e, s, 100)
+	n, s, e := steady()
 	sent := s.now + s.gap
 	s.now = sent + 2*time.Second
 	frozen := drift.Reading{Sent: s.start.Add(sent), Received: s.start.Add(s.now), Node: n.at(s.now - 100*time.Microsecond)}

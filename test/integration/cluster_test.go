@@ -122,28 +122,11 @@ func TestClusterAsOneNode(t *testing.T) {
 // 30 s after the failover (see docs/failure-models.md).
 func TestRedlockWithAReplicatedClusterNode(t *testing.T) {
 	ctx := t.Context()
-	server := harness.SuiteServer()
-	cluster := procs.StartCluster(t, server, 3, 2)
-	bin := procs.Binary(t, server, "server")
-	var standalone []*procs.Proc
-	for i := range 2 {
-		port, err := procs.FreePort()
-		require.NoError(t, err)
-		p := procs.Start(t, fmt.Sprintf("standalone %d primary", i), bin, port, "--save", "", "--appendonly", "no")
-		procs.ReplicaOf(t, fmt.Sprintf("standalone %d replica", i), bin, p, "--save", "", "--appendonly", "no")
-		standalone = append(standalone, p)
-	}
+	cluster, standalone := clusterAndTwo(t, 2, true)
 	const key = "redlock-replicated"
 	move, err := cluster.MoveSlotOf(ctx, cluster.Client(t), key)
 	require.NoError(t, err)
-	var lockers []*redlock.Locker
-	for range 3 {
-		nodes := []redlock.Node{cluster.Client(t)}
-		for _, p := range standalone {
-			nodes = append(nodes, clientOf(t, p))
-		}
-		lockers = append(lockers, newLockerOn(t, nodes, &redlock.Options{Fencing: true, WaitReplicas: 1, NodeTimeout: 2 * time.Second}))
-	}
+	lockers := lockersOver(t, 3, cluster, standalone, &redlock.Options{Fencing: true, WaitReplicas: 1, NodeTimeout: 2 * time.Second})
 	run := startLockRun(t, lockers, key, 3*time.Second)
 	run.describe = func() string {
 		var b strings.Builder

@@ -13,7 +13,46 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock/redlock/redlock"
+	"github.com/redlock/redlock/test/integration/harness"
+	"github.com/redlock/redlock/test/integration/procs"
 )
+
+// clusterAndTwo starts, as plain processes on 127.0.0.1, a 3-master Redis
+// Cluster with replicasEach replicas per master and two standalone
+// primaries, each with a replica when replicated: Redlock's three nodes,
+// one of them a cluster.
+func clusterAndTwo(t *testing.T, replicasEach int, replicated bool) (*procs.Cluster, []*procs.Proc) {
+	t.Helper()
+	server := harness.SuiteServer()
+	cluster := procs.StartCluster(t, server, 3, replicasEach)
+	bin := procs.Binary(t, server, "server")
+	var standalone []*procs.Proc
+	for i := range 2 {
+		port, err := procs.FreePort()
+		require.NoError(t, err)
+		p := procs.Start(t, fmt.Sprintf("standalone %d primary", i), bin, port, "--save", "", "--appendonly", "no")
+		if replicated {
+			procs.ReplicaOf(t, fmt.Sprintf("standalone %d replica", i), bin, p, "--save", "", "--appendonly", "no")
+		}
+		standalone = append(standalone, p)
+	}
+	return cluster, standalone
+}
+
+// lockersOver returns n Lockers, each over its own ClusterClient of cluster
+// and its own clients of the standalone nodes.
+func lockersOver(t *testing.T, n int, cluster *procs.Cluster, standalone []*procs.Proc, opts *redlock.Options) []*redlock.Locker {
+	t.Helper()
+	var lockers []*redlock.Locker
+	for range n {
+		nodes := []redlock.Node{cluster.Client(t)}
+		for _, p := range standalone {
+			nodes = append(nodes, clientOf(t, p))
+		}
+		lockers = append(lockers, newLockerOn(t, nodes, opts))
+	}
+	return lockers
+}
 
 // lockRun is a few clients that keep taking one fenced lock, extending and
 // checking it inside, until stopped, while a test does something to the

@@ -294,26 +294,11 @@ func (h tryAgainCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) red
 // the clients make progress during and after the migration.
 func TestRedlockWithAClusterNodeUnderMigration(t *testing.T) {
 	ctx := t.Context()
-	server := harness.SuiteServer()
-	cluster := procs.StartCluster(t, server, 3, 0)
-	bin := procs.Binary(t, server, "server")
-	var standalone []*procs.Proc
-	for i := range 2 {
-		port, err := procs.FreePort()
-		require.NoError(t, err)
-		standalone = append(standalone, procs.Start(t, "standalone "+strconv.Itoa(i), bin, port, "--save", "", "--appendonly", "no"))
-	}
+	cluster, standalone := clusterAndTwo(t, 0, false)
 	const key = "redlock-migrating"
 	move, err := cluster.MoveSlotOf(ctx, cluster.Client(t), key)
 	require.NoError(t, err)
-	var lockers []*redlock.Locker
-	for range 3 {
-		nodes := []redlock.Node{cluster.Client(t)}
-		for _, p := range standalone {
-			nodes = append(nodes, clientOf(t, p))
-		}
-		lockers = append(lockers, newLockerOn(t, nodes, &redlock.Options{Fencing: true, NodeTimeout: time.Second}))
-	}
+	lockers := lockersOver(t, 3, cluster, standalone, &redlock.Options{Fencing: true, NodeTimeout: time.Second})
 	run := startLockRun(t, lockers, key, 2*time.Second)
 	run.progress(t, 20, "locks before the migration")
 	start := time.Now()
