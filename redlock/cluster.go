@@ -44,22 +44,23 @@ type pipeliner interface {
 
 // routeFor returns the route for key: the node itself, or for a Redis
 // Cluster, the master of key's slot as the ClusterClient knows it.
-func (n node) routeFor(ctx context.Context, key string) (*clusterRoute, error) {
+func (n node) routeFor(ctx context.Context, key string) (clusterRoute, error) {
 	cc, ok := n.Node.(*redis.ClusterClient)
 	if !ok {
-		return &clusterRoute{conn: n.Node.(pipeliner)}, nil
+		return clusterRoute{conn: n.Node.(pipeliner)}, nil
 	}
 	m, err := cc.MasterForKey(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("redlock: the master for %q: %w", key, err)
+		return clusterRoute{}, fmt.Errorf("redlock: the master for %q: %w", key, err)
 	}
-	return &clusterRoute{conn: m, cluster: cc}, nil
+	return clusterRoute{conn: m, cluster: cc}, nil
 }
 
 // follow reacts to a cluster node's error: it reports true when the command
 // should be resent on the route it now names (a MOVED or ASK redirection,
-// at most the ClusterClient's MaxRedirects times), and asks the
-// ClusterClient to reload its slot map when the map looks stale.
+// at most the ClusterClient's MaxRedirects times, 0 when its options turn
+// redirections off), and asks the ClusterClient to reload its slot map when
+// the map looks stale.
 func (r *clusterRoute) follow(ctx context.Context, err error) bool {
 	if r.cluster == nil || err == nil || errors.Is(err, redis.Nil) {
 		return false
@@ -72,17 +73,13 @@ func (r *clusterRoute) follow(ctx context.Context, err error) bool {
 		}
 		return false
 	}
-	if !ask {
-		r.cluster.ReloadState(ctx)
-	}
-	limit := r.cluster.Options().MaxRedirects
-	if limit <= 0 {
-		limit = 3 // go-redis's default, which a negative MaxRedirects turns off for its own commands
-	}
-	if r.redirects >= limit || ctx.Err() != nil {
+	if r.redirects >= r.cluster.Options().MaxRedirects || ctx.Err() != nil {
+		if !ask {
+			r.cluster.ReloadState(ctx) // so that the next attempt goes to the new master
+		}
 		return false
 	}
-	master := clusterMasterAt(ctx, r.cluster, addr)
+	master := clusterMasterAt(ctx, r.cluster, addr) // reloads the slot map (MOVED needs it)
 	if master == nil {
 		return false
 	}
@@ -102,7 +99,8 @@ func redirection(err error) (ask bool, addr string, ok bool) {
 
 // clusterMasterAt returns the ClusterClient's client for the master at addr,
 // nil if the cluster has no such master. ForEachMaster reloads the slot map
-// first, so a master the ClusterClient had not seen yet is found too.
+// first, so a master the ClusterClient had not seen yet is found too, and
+// the map is current afterwards.
 func clusterMasterAt(ctx context.Context, cc *redis.ClusterClient, addr string) *redis.Client {
 	found := make(chan *redis.Client, 1)
 	_ = cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {

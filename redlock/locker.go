@@ -50,15 +50,14 @@ func New(nodes []Node, opts *Options) (*Locker, error) {
 		return nil, errors.New("redlock: Options.RequireDurable needs Options.Fencing")
 	}
 	wait := newWaitSpec(&o)
-	for i := range ns {
-		if wait == nil {
-			break
-		}
-		if err := checkReplicable(ns[i]); err != nil {
-			return nil, err
-		}
-		if ns[i].pipe != nil {
-			ns[i].pipe.wait = wait
+	if wait != nil {
+		for i := range ns {
+			if err := checkReplicable(ns[i]); err != nil {
+				return nil, err
+			}
+			if ns[i].pipe != nil {
+				ns[i].pipe.wait = wait
+			}
 		}
 	}
 	return &Locker{nodes: ns, opts: o, bound: o.bound(), wait: wait}, nil
