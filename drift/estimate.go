@@ -46,6 +46,7 @@ type Estimator struct {
 	mu     sync.Mutex
 	bound  Bound
 	origin time.Time         // the first reading's Received: x = 0
+	wall   time.Time         // origin without its monotonic reading: y's zero
 	last   point             // the reading with the latest Received (total > 0)
 	window [windowSize]point // one reading per spacing: the one with the shortest round trip
 	n      int               // readings in window
@@ -103,14 +104,14 @@ func (e *Estimator) Observe(r Reading) (Jump, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.total == 0 {
-		e.origin = r.Received
+		e.origin, e.wall = r.Received, r.Received.Round(0)
 	}
 	p := point{
-		x:    seconds(r.Sent.Sub(e.origin)+r.Received.Sub(e.origin)) / 2,
-		half: seconds(r.Received.Sub(r.Sent)) / 2,
+		x:    (r.Sent.Sub(e.origin) + r.Received.Sub(e.origin)).Seconds() / 2,
+		half: r.Received.Sub(r.Sent).Seconds() / 2,
 		recv: r.Received, node: r.Node, sent: r.Sent,
 	}
-	p.y = seconds(r.Node.Sub(e.origin.Round(0))) - p.x // wall minus monotonic: only differences matter
+	p.y = r.Node.Sub(e.wall).Seconds() - p.x // wall minus monotonic: only differences matter
 	e.total++
 	var jump Jump
 	jumped := false
@@ -267,5 +268,3 @@ func (e *Estimator) Jumps() int {
 func scale(d time.Duration, rate float64) time.Duration {
 	return d + time.Duration(float64(d)*rate)
 }
-
-func seconds(d time.Duration) float64 { return d.Seconds() }
