@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/alicebob/miniredis/v2/server"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -517,4 +520,52 @@ func TestNodeTimeoutIsNotTheCallersDeadline(t *testing.T) {
 	require.ErrorAs(t, err, &qe)
 	assert.NotErrorIs(t, err, context.DeadlineExceeded)
 	require.NoError(t, l.Drain(t.Context()))
+}
+
+// With WaitReplicas, the auto-pipeline sends one WAIT per batch, behind the
+// batch's commands on the same connection (WAIT covers every earlier write
+// of its connection), not one per command; every command of the batch gets
+// the WAIT's verdict.
+func TestPipelineSendsOneWaitPerBatch(t *testing.T) {
+	hooks := &pipelineCounter{hold: make(chan struct{})}
+	m, _, p := counted(t, hooks)
+	p.wait = newWaitSpec(&Options{WaitReplicas: 1, NodeTimeout: time.Second})
+	var waits atomic.Int32
+	m.Server().SetPreHook(func(c *server.Peer, cmd string, _ ...string) bool {
+		if !strings.EqualFold(cmd, "WAIT") {
+			return false
+		}
+		waits.Add(1)
+		c.WriteInt(1)
+		return true
+	})
+	submit := func(key string) submitted {
+		s := submitted{round: quorum.Begin[Outcome](1), calls: &tracker{}}
+		s.calls.add(1)
+		read := func(_ int, cmd *redis.Cmd) (Outcome, error) {
+			if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+				return Failed, err
+			}
+			return Granted, nil
+		}
+		j := job{cmd: redis.NewCmd(context.Background(), "SET", key, "v", "NX", "PX", 60000, "GET"), key: key, replicate: true,
+			timeout: time.Minute, round: s.round, read: read, calls: s.calls}
+		require.True(t, p.submit(j))
+		return s
+	}
+
+	first := submit("first")
+	require.Eventually(t, func() bool { return len(hooks.pipelines()) == 1 }, time.Second, time.Millisecond)
+	var rest []submitted
+	for i := range 20 {
+		rest = append(rest, submit("k"+strconv.Itoa(i)))
+	}
+	close(hooks.hold)
+	for _, s := range append(rest, first) {
+		o, err := s.round.Result(0)
+		require.NoError(t, err)
+		require.Equal(t, Granted, o)
+	}
+	assert.Equal(t, []int{2, 21}, hooks.pipelines(), "each batch: its commands and one WAIT")
+	assert.EqualValues(t, 2, waits.Load(), "one WAIT per batch")
 }
