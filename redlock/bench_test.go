@@ -19,6 +19,9 @@ var transports = []struct {
 }{
 	{"auto-pipeline", redlock.Options{NodeTimeout: time.Second}},
 	{"direct", redlock.Options{NodeTimeout: time.Second, NoAutoPipeline: true}},
+	// The node guard off, for its cost: compare with the rows above.
+	{"auto-pipeline-unguarded", redlock.Options{NodeTimeout: time.Second, NoQuarantine: true}},
+	{"direct-unguarded", redlock.Options{NodeTimeout: time.Second, NoAutoPipeline: true, NoQuarantine: true}},
 }
 
 // BenchmarkCycle measures one TryLock+Unlock cycle at a time on five fake

@@ -35,6 +35,11 @@ func Example() {
 	if err := locker.Warm(ctx); err != nil {
 		fmt.Println("not every node is ready:", err)
 	}
+	// These servers are new and hold no locks: say so, or the node guard
+	// keeps each out of the quorum until MaxTTL after its memory began.
+	if err := locker.TrustNodes(ctx); err != nil {
+		fmt.Println(err)
+	}
 	lease, err := locker.Lock(ctx, "invoice:42", 10*time.Second)
 	if err != nil {
 		fmt.Println("not locked:", err)

@@ -91,7 +91,7 @@ func counterOf(key string) (lock string, ok bool) {
 
 // acquireFencedCommand is phase 1: SET NX PX and, if set, INCR.
 func acquireFencedCommand(key, counter, value string, ms int64) command {
-	return scriptCommand(acquireFencedScript, []string{key, counter}, value, ms).of(value, roleSets).replicated()
+	return scriptCommand(acquireFencedScript, []string{key, counter}, value, ms).of(value, roleSets).replicated().guardedBy()
 }
 
 // readFenced reads phase 1's reply, storing node i's counter in counters[i].

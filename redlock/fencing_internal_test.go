@@ -17,6 +17,7 @@ func miniNodes(t *testing.T, n int) ([]*miniredis.Miniredis, []Node) {
 	var nodes []Node
 	for range n {
 		m := miniredis.RunT(t)
+		_ = m.Set(markerKey, "0 ?") // trusted: see trust in helpers_test.go
 		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 		t.Cleanup(func() { c.Close() })
 		servers = append(servers, m)

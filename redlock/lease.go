@@ -218,7 +218,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	l.ttl = max(l.ttl, req.granted)
 	l.mu.Unlock()
 	start := lk.opts.Clock.Now()
-	c := scriptCommand(extendScript, []string{l.key}, l.value, req.ms).replicated()
+	c := scriptCommand(extendScript, []string{l.key}, l.value, req.ms).replicated().guardedBy()
 	round := lk.fanOut(ctx, fan{timeout: lk.opts.NodeTimeout}, c, readScript)
 	tally := round.Decide(ctx, min(lk.opts.NodeTimeout, req.budget), granted)
 	until := start.Add(req.budget)
@@ -340,7 +340,7 @@ func (l *Lease) Check(ctx context.Context) error {
 		return err
 	}
 	lk := l.locker
-	c := scriptCommand(checkScript, []string{l.key}, l.value)
+	c := scriptCommand(checkScript, []string{l.key}, l.value).guardedBy()
 	round := lk.fanOut(ctx, fan{timeout: lk.opts.NodeTimeout}, c, readScript)
 	tally := round.Decide(ctx, lk.opts.NodeTimeout, granted)
 	if !tally.Won {

@@ -407,6 +407,7 @@ func TestKeysArePassedAsKeys(t *testing.T) {
 		nodes = append(nodes, cc)
 	}
 	lc := newLocker(t, nodes, nil)
+	require.NoError(t, lc.TrustNodes(t.Context())) // a marker per slot
 	lease, err = lc.TryLock(t.Context(), "{user:7}:lock", time.Minute)
 	require.NoError(t, err)
 	require.NoError(t, lease.Extend(t.Context(), time.Minute))

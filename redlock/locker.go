@@ -300,7 +300,7 @@ func (l *Locker) fanOut(ctx context.Context, f fan, c command, read reader) *quo
 		if wire == nil {
 			wire = c.wire()
 		}
-		j := job{cmd: redis.NewCmd(ctx, wire...), key: c.key, lease: c.lease, role: c.role, replicate: c.replicate && l.wait != nil, timeout: f.timeout, src: c.source(), round: round, node: i, read: read, calls: &l.inflight}
+		j := job{cmd: redis.NewCmd(ctx, wire...), key: c.key, lease: c.lease, role: c.role, replicate: c.replicate && l.wait != nil, guarded: c.guarded && n.guard != nil, timeout: f.timeout, src: c.source(), round: round, node: i, read: read, calls: &l.inflight, stats: n.stats}
 		if !n.pipe.submit(j) {
 			settle(round, &l.inflight, i, Failed, errNodeBusy)
 		}
@@ -310,6 +310,7 @@ func (l *Locker) fanOut(ctx context.Context, f fan, c command, read reader) *quo
 
 // call sends c to n, which has no pipeline, and delivers the vote.
 func (l *Locker) call(ctx context.Context, f fan, round *quorum.Round[Outcome], n node, c command, read reader, finish func()) {
+	var took time.Duration // the call's round trip, once sent
 	o, err := func() (Outcome, error) {
 		if f.after != nil {
 			<-f.after.Settled(n.index)
@@ -323,15 +324,26 @@ func (l *Locker) call(ctx context.Context, f fan, round *quorum.Round[Outcome], 
 			return Failed, errNodeBusy
 		}
 		defer n.sending.Add(-1)
+		sent := time.Now()
+		defer func() { took = time.Since(sent) }()
 		callCtx, cancel := context.WithTimeout(ctx, f.timeout)
 		defer cancel()
 		if err := waitFor(callCtx, f.earlier, n.index); err != nil {
 			return Failed, fmt.Errorf("waiting for this Locker's earlier release on the node: %w", err)
 		}
-		if c.replicate && l.wait != nil {
-			cmd, notReplicated := n.sendReplicated(callCtx, c, l.wait)
+		w := l.wait
+		if !c.replicate {
+			w = nil
+		}
+		g := n.guard
+		if !c.guarded {
+			g = nil
+		}
+		if w != nil || g != nil {
+			cmd, notReplicated, verdict := n.sendPaired(callCtx, c, w, g)
 			o, err := read(n.index, cmd)
-			return replicatedVote(o, err, notReplicated)
+			o, err = replicatedVote(o, err, notReplicated)
+			return guardedVote(o, err, verdict)
 		}
 		return read(n.index, n.send(callCtx, c))
 	}()
@@ -341,6 +353,7 @@ func (l *Locker) call(ctx context.Context, f fan, round *quorum.Round[Outcome], 
 	if finish != nil {
 		finish()
 	}
+	n.stats.record(time.Now(), took, err != nil)
 	settle(round, &l.inflight, n.index, o, err)
 }
 

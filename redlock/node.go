@@ -70,6 +70,8 @@ type node struct {
 	label   uint64        // the low bits of the fencing tokens it owns (see labelNodes)
 	pipe    *pipeline     // the node's auto-pipeline; nil: a goroutine and pooled connection per call
 	sending *atomic.Int32 // calls sent and not yet returned, without pipe
+	guard   *guard        // nil: Options.NoQuarantine
+	stats   *nodeStats    // for Health
 }
 
 // maxSending bounds the calls one Locker has outstanding on one node that has
@@ -124,9 +126,13 @@ func newNodes(nodes []Node, o *Options) ([]node, error) {
 		if addr == "" {
 			identities[i] = fmt.Sprintf("~%06d", i) // after every address, in list order
 		}
-		out[i] = node{Node: n, index: i, name: name, sending: new(atomic.Int32)}
+		out[i] = node{Node: n, index: i, name: name, sending: new(atomic.Int32), stats: new(nodeStats)}
+		if !o.NoQuarantine {
+			_, cluster := n.(*redis.ClusterClient)
+			out[i].guard = newGuard(o, cluster)
+		}
 		if c, ok := n.(*redis.Client); ok && !o.NoAutoPipeline {
-			out[i].pipe = &pipeline{client: c, stallAfter: stallAfter(o.NodeTimeout)}
+			out[i].pipe = &pipeline{client: c, stallAfter: stallAfter(o.NodeTimeout), guard: out[i].guard}
 		}
 	}
 	labelNodes(out, identities)
@@ -190,6 +196,9 @@ type command struct {
 	// replicate: a grant counts only once WAIT (Options.WaitReplicas)
 	// acknowledged it. Acquisitions, extensions and fencing phase 2.
 	replicate bool
+	// guarded: the node guard's verdict decides whether its vote counts
+	// (see guard.go). Acquisitions, extensions and checks.
+	guarded bool
 }
 
 // role tells a pipeline which commands of one lease may be withdrawn before
@@ -216,6 +225,12 @@ func (c command) of(value string, r role) command {
 // replicated marks c as a write whose grant must be replicated.
 func (c command) replicated() command {
 	c.replicate = true
+	return c
+}
+
+// guardedBy marks c as a command whose vote the node guard judges.
+func (c command) guardedBy() command {
+	c.guarded = true
 	return c
 }
 
@@ -256,7 +271,7 @@ type reader func(i int, cmd *redis.Cmd) (Outcome, error)
 // acquireCommand is SET key value NX PX ms GET. GET makes the reply tell the
 // cases apart (see readAcquire).
 func acquireCommand(key, value string, ms int64) command {
-	return command{key: key, args: []any{"SET", key, value, "NX", "PX", ms, "GET"}}.of(value, roleSets).replicated()
+	return command{key: key, args: []any{"SET", key, value, "NX", "PX", ms, "GET"}}.of(value, roleSets).replicated().guardedBy()
 }
 
 // readAcquire reads acquireCommand's reply: nil means this call set the key;

@@ -58,6 +58,15 @@ type Options struct {
 	// Default 1 minute; must not be negative.
 	MaxTTL time.Duration
 
+	// NoQuarantine turns the node guard off (see Locker.TrustNodes and
+	// docs/failure-models.md): votes count from a node whose memory began
+	// less than MaxTTL ago (a restart without persistence, a flush, a first
+	// use), and from one whose clock jumped forward less than MaxTTL ago, as
+	// with every other Redlock client. Nodes' clocks are then not measured
+	// either (Health reports no readings), and the guard's companions (GET
+	// of its marker, SCRIPT EXISTS, TIME) are not sent.
+	NoQuarantine bool
+
 	// MaxHold bounds how long Do keeps extending a lease: once another
 	// extension would carry it past MaxHold since it was acquired, Do stops
 	// extending and the lease runs out. Zero means no bound; must not be

@@ -58,6 +58,7 @@ import (
 type pipeline struct {
 	client     *redis.Client
 	wait       *waitSpec     // WAIT after batches with writes to replicate; nil: none
+	guard      *guard        // the node guard, whose companions follow batches with guarded commands; nil: none
 	stallAfter time.Duration // a batch in flight this long means the node stopped answering; 0: never
 
 	mu      sync.Mutex
@@ -105,6 +106,12 @@ type job struct {
 	// notReplicated is the WAIT's verdict, set before delivery.
 	replicate     bool
 	notReplicated error
+	// guarded: the node guard's verdict on the batch decides whether its
+	// vote counts; verdict is that verdict, set before delivery.
+	guarded bool
+	verdict error
+	stats   *nodeStats    // the node's record, for Health; nil: none kept
+	took    time.Duration // the batch's round trip
 	rerun         bool          // sent again after NOSCRIPT, in a pipeline of its own
 	timeout       time.Duration // the batch carrying it may take this long
 	src           string        // a script's source, resent with EVAL after NOSCRIPT; "" for other commands
@@ -122,6 +129,10 @@ func (j *job) deliver() {
 	}
 	o, err := j.read(j.node, j.cmd)
 	o, err = replicatedVote(o, err, j.notReplicated)
+	o, err = guardedVote(o, err, j.verdict)
+	if j.stats != nil {
+		j.stats.record(time.Now(), j.took, err != nil)
+	}
 	settle(j.round, j.calls, j.node, o, err)
 }
 
@@ -319,18 +330,30 @@ func (p *pipeline) exec(batch []job) {
 	if p.wait != nil && replicates(batch) {
 		wait = redis.NewCmd(ctx, p.wait.args...)
 	}
-	if len(batch) == 1 && wait == nil { // a lone command: go-redis's plain path costs less
+	// The guard's companions follow the batch's commands: one set per
+	// batch vouches for every guarded command before it (see guard.go).
+	guarded := p.guard != nil && guards(batch)
+	var comp companions
+	if guarded {
+		comp = p.guard.companions(ctx, markerKey)
+	}
+	sent := time.Now()
+	if len(batch) == 1 && wait == nil && !guarded { // a lone command: go-redis's plain path costs less
 		_ = p.client.Process(ctx, batch[0].cmd)
 	} else {
 		pipe := p.client.Pipeline()
 		for i := range batch {
 			_ = pipe.Process(ctx, batch[i].cmd)
 		}
+		if guarded {
+			comp.queue(ctx, pipe)
+		}
 		if wait != nil {
 			_ = pipe.Process(ctx, wait)
 		}
 		_, _ = pipe.Exec(ctx)
 	}
+	received := time.Now()
 
 	// A node that lost its script cache (a restart, SCRIPT FLUSH) answers
 	// EVALSHA with NOSCRIPT, and the commands behind it on the same key have
@@ -382,8 +405,31 @@ func (p *pipeline) exec(batch []job) {
 		}
 	}
 	for i := range batch {
+		batch[i].took = received.Sub(sent)
+	}
+	if guarded {
+		// After any rerun: a NOSCRIPT means a new server process, so the
+		// guard examines the node, and its verdict covers the reruns too.
+		verdict := p.guard.judge(ctx, p.client, comp, sent, received, again != nil)
+		for i := range batch {
+			if batch[i].guarded {
+				batch[i].verdict = verdict
+			}
+		}
+	}
+	for i := range batch {
 		batch[i].deliver()
 	}
+}
+
+// guards reports whether a batch holds a command the node guard judges.
+func guards(batch []job) bool {
+	for i := range batch {
+		if batch[i].guarded {
+			return true
+		}
+	}
+	return false
 }
 
 // replicates reports whether a batch holds a write whose grant must be

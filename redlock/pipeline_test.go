@@ -103,6 +103,7 @@ func (p *pipeline) idle() bool {
 func counted(t *testing.T, hooks *pipelineCounter) (*miniredis.Miniredis, *redis.Client, *pipeline) {
 	t.Helper()
 	m := miniredis.RunT(t)
+	_ = m.Set(markerKey, "0 ?") // trusted: see trust in helpers_test.go
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { client.Close() })
 	client.AddHook(hooks)
@@ -115,6 +116,7 @@ func counted(t *testing.T, hooks *pipelineCounter) (*miniredis.Miniredis, *redis
 func blackholed(t *testing.T, hooks *pipelineCounter, readTimeout time.Duration) (*faultnet.Proxy, *redis.Client, *pipeline) {
 	t.Helper()
 	m := miniredis.RunT(t)
+	_ = m.Set(markerKey, "0 ?") // trusted: see trust in helpers_test.go
 	proxy, err := faultnet.Listen(m.Addr())
 	require.NoError(t, err)
 	t.Cleanup(func() { proxy.Close() })
@@ -379,6 +381,7 @@ func TestPipelineHoldsBackOnlyTheKeysInFlight(t *testing.T) {
 // errors.Is works through a QuorumError for a refused pipelined call.
 func TestPipelineRefusalIsReported(t *testing.T) {
 	m := miniredis.RunT(t)
+	_ = m.Set(markerKey, "0 ?") // trusted: see trust in helpers_test.go
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { client.Close() })
 	l, err := New([]Node{client}, nil)
@@ -404,6 +407,7 @@ func heldNodes(t *testing.T, opts *Options) (servers []*miniredis.Miniredis, cli
 	var nodes []Node
 	for i := range 3 {
 		m := miniredis.RunT(t)
+		_ = m.Set(markerKey, "0 ?") // trusted: see trust in helpers_test.go
 		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 		t.Cleanup(func() { c.Close() })
 		if i == 0 {
@@ -499,6 +503,7 @@ func (h hungNode) Do(ctx context.Context, args ...any) *redis.Cmd {
 // match context.DeadlineExceeded. The caller's own deadline still does.
 func TestNodeTimeoutIsNotTheCallersDeadline(t *testing.T) {
 	m := miniredis.RunT(t)
+	_ = m.Set(markerKey, "0 ?") // trusted: see trust in helpers_test.go
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { client.Close() })
 	l, err := New([]Node{hungNode{client}}, &Options{NodeTimeout: 20 * time.Millisecond})

@@ -24,6 +24,11 @@ type takenNode struct {
 }
 
 func (n *takenNode) Do(ctx context.Context, args ...any) *redis.Cmd {
+	if guardCompanion(args) { // not recorded; its answer keeps the guard from deciding, and a refusal stays a refusal
+		cmd := redis.NewCmd(ctx, args...)
+		cmd.SetVal("someone-else")
+		return cmd
+	}
 	n.mu.Lock()
 	n.sets = append(n.sets, time.Now())
 	n.mu.Unlock()

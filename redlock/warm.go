@@ -100,6 +100,16 @@ func (n node) warm(ctx context.Context) error {
 			return fmt.Errorf("SCRIPT LOAD: the node named the script %s, not its SHA-1 %s", sha, s.Hash())
 		}
 	}
+	// The node guard examines the node now rather than on the first lock.
+	// Never with SCRIPT LOAD: the examine script's presence in the cache
+	// tells every Locker that the node was examined since its process
+	// started (see guard.go). A Redis Cluster node has a marker per slot:
+	// each is examined on its first use.
+	if n.guard != nil && !n.guard.cluster {
+		if _, err := n.guard.examine(ctx, n.Node, markerKey); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -125,7 +135,11 @@ func (n node) dial(ctx context.Context) error {
 			return err
 		}
 	}
-	return nil
+	// go-redis keeps pipelines in a pool of their own, and the
+	// auto-pipeline's batches are pipelines whenever the node guard's
+	// companions or a WAIT ride with them.
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error { return p.Ping(ctx).Err() })
+	return err
 }
 
 // WarmError reports the nodes that Warm could not ready, with every node's

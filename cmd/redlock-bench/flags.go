@@ -11,37 +11,39 @@ import (
 )
 
 type config struct {
-	nodes       []string        // -nodes: addresses or redis:// URLs
-	spawn       int             // -spawn: local redis-server processes
-	embedded    int             // -embedded: in-process nodes (the default source)
-	clients     int             // -clients
-	keys        int             // -keys
-	ttl         time.Duration   // -ttl
-	hold        time.Duration   // -hold
-	duration    time.Duration   // -duration
-	ops         int             // -ops: total cycles per implementation (0: use duration)
-	fencing     bool            // -fencing
-	mode        string          // -mode
-	nodeTimeout time.Duration   // -node-timeout
-	latency     []time.Duration // -node-latency
-	faults      []fault         // -fault
-	impls       []string        // -impl
-	jsonOut     bool            // -json
-	plot        string          // -plot
-	quiet       bool            // -q
-	cpuprofile  string          // -cpuprofile
-	goredisPipe bool            // -goredis-autopipeline
-	noPipeline  bool            // -no-autopipeline
-	rounds      int             // -rounds
-	server      string          // -server: the redis-server (or valkey-server) that -spawn starts
-	keyPrefix   string          // -key-prefix
-	tlsCA       string          // -tls-ca
-	tlsCert     string          // -tls-cert
-	tlsKey      string          // -tls-key
-	replicas    int             // -replicas: replicas per spawned node
-	waitReps    int             // -wait-replicas: Options.WaitReplicas
-	waitAOF     bool            // -wait-aof: Options.WaitAOF
-	replicate   bool            // set for redlock-wait: apply waitReps and waitAOF
+	nodes        []string        // -nodes: addresses or redis:// URLs
+	trustNodes   bool            // -trust-nodes: TrustNodes on -nodes (always on nodes this run starts)
+	spawn        int             // -spawn: local redis-server processes
+	embedded     int             // -embedded: in-process nodes (the default source)
+	clients      int             // -clients
+	keys         int             // -keys
+	ttl          time.Duration   // -ttl
+	hold         time.Duration   // -hold
+	duration     time.Duration   // -duration
+	ops          int             // -ops: total cycles per implementation (0: use duration)
+	fencing      bool            // -fencing
+	mode         string          // -mode
+	nodeTimeout  time.Duration   // -node-timeout
+	latency      []time.Duration // -node-latency
+	faults       []fault         // -fault
+	impls        []string        // -impl
+	jsonOut      bool            // -json
+	plot         string          // -plot
+	quiet        bool            // -q
+	cpuprofile   string          // -cpuprofile
+	goredisPipe  bool            // -goredis-autopipeline
+	noPipeline   bool            // -no-autopipeline
+	rounds       int             // -rounds
+	server       string          // -server: the redis-server (or valkey-server) that -spawn starts
+	keyPrefix    string          // -key-prefix
+	tlsCA        string          // -tls-ca
+	tlsCert      string          // -tls-cert
+	tlsKey       string          // -tls-key
+	replicas     int             // -replicas: replicas per spawned node
+	waitReps     int             // -wait-replicas: Options.WaitReplicas
+	waitAOF      bool            // -wait-aof: Options.WaitAOF
+	replicate    bool            // set for redlock-wait: apply waitReps and waitAOF
+	noQuarantine bool            // set for redlock-unguarded: Options.NoQuarantine
 }
 
 // fault is one scheduled fault: freeze node k at `at` for `for` (0: to the
@@ -57,7 +59,7 @@ type fault struct {
 // transport, for comparing the two.
 var (
 	allImpls   = []string{"redlock", "raw", "redsync", "redsync-failfast"}
-	knownImpls = append([]string{"redlock-direct", "redlock-wait"}, allImpls...)
+	knownImpls = append([]string{"redlock-direct", "redlock-wait", "redlock-unguarded"}, allImpls...)
 )
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -66,6 +68,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("redlock-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&nodes, "nodes", "", "comma-separated `host:port` or redis:// / rediss:// URLs of the nodes to benchmark")
+	fs.BoolVar(&c.trustNodes, "trust-nodes", false, "call Locker.TrustNodes on the -nodes first: only for nodes known to hold no locks (nodes this run starts are always trusted: they are new)")
 	fs.IntVar(&c.spawn, "spawn", 0, "start `N` local redis-server processes on free 127.0.0.1 ports")
 	fs.StringVar(&c.server, "server", "", "with -spawn: the server `binary` to start (default redis-server on PATH; e.g. a valkey-server, or a wrapper from scripts/fetch-redis-server.sh)")
 	fs.IntVar(&c.replicas, "replicas", 0, "with -spawn: start `R` replicas of each node")
@@ -90,7 +93,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.nodeTimeout, "node-timeout", 0, "redlock's per-node timeout (0: the library default, 50ms)")
 	fs.StringVar(&latency, "node-latency", "", "comma-separated one-way `delays`, one per node, through a delay proxy (e.g. 1ms,2ms,3ms,4ms,50ms)")
 	fs.StringVar(&faults, "fault", "", "faults to inject: `freeze:K@T[+D]` or stop:K@T, comma-separated (node K, at T, for D)")
-	fs.StringVar(&impl, "impl", "all", "implementations: redlock, redlock-direct, redlock-wait, raw, redsync, redsync-failfast, or all (comma-separated)")
+	fs.StringVar(&impl, "impl", "all", "implementations: redlock, redlock-direct, redlock-wait, redlock-unguarded, raw, redsync, redsync-failfast, or all (comma-separated)")
 	fs.BoolVar(&c.jsonOut, "json", false, "print results as JSON")
 	fs.StringVar(&c.plot, "plot", "", "write a latency CDF per implementation to this SVG `file`")
 	fs.BoolVar(&c.quiet, "q", false, "no progress line")

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
@@ -39,12 +40,17 @@ type impl struct {
 	// warning is said before the run: here, the nodes Locker.Warm could not
 	// ready (the run goes on; their calls fail or dial on first use).
 	warning string
+	// health is the Locker's Health, for this library's implementations
+	// (nil for the others).
+	health func() []redlock.NodeHealth
 }
 
 func newImpl(ctx context.Context, name string, d *deployment, cfg config) (*impl, error) {
 	switch name {
-	case "redlock", "redlock-direct", "redlock-wait":
+	case "redlock", "redlock-direct", "redlock-wait", "redlock-unguarded":
 		switch name {
+		case "redlock-unguarded": // this library with the node guard's refusals off (Options.NoQuarantine)
+			cfg.noQuarantine = true
 		case "redlock-direct": // this library over its other transport, for comparison
 			cfg.noPipeline, cfg.goredisPipe = true, false
 		case "redlock-wait": // this library with Options.WaitReplicas (-wait-replicas, -wait-aof)
@@ -94,7 +100,7 @@ func newRedlock(ctx context.Context, d *deployment, cfg config) (*impl, error) {
 		}
 		nodes = append(nodes, c)
 	}
-	o := &redlock.Options{Fencing: cfg.fencing, NodeTimeout: cfg.nodeTimeout, NoAutoPipeline: cfg.noPipeline, MaxTTL: max(redlock.DefaultMaxTTL, cfg.ttl)}
+	o := &redlock.Options{Fencing: cfg.fencing, NodeTimeout: cfg.nodeTimeout, NoAutoPipeline: cfg.noPipeline, MaxTTL: max(redlock.DefaultMaxTTL, cfg.ttl), NoQuarantine: cfg.noQuarantine}
 	if cfg.replicate {
 		o.WaitReplicas, o.WaitAOF = cfg.waitReps, cfg.waitAOF
 	}
@@ -124,6 +130,9 @@ func newRedlock(ctx context.Context, d *deployment, cfg config) (*impl, error) {
 		transport = "a pooled connection per command (NoAutoPipeline)"
 	}
 	im.about = fmt.Sprintf("this library, mode %s, fencing %v, %s", cfg.mode, cfg.fencing, transport)
+	if cfg.noQuarantine {
+		im.about += ", node guard off (NoQuarantine)"
+	}
 	switch {
 	case !cfg.replicate:
 	case cfg.waitAOF:
@@ -137,6 +146,16 @@ func newRedlock(ctx context.Context, d *deployment, cfg config) (*impl, error) {
 	defer cancel()
 	if err := l.Warm(wctx); err != nil {
 		im.warning = err.Error()
+	}
+	// Nodes this run started are new and hold no locks: without this the
+	// node guard would keep each out of the quorum for MaxTTL.
+	if cfg.trustNodes || len(cfg.nodes) == 0 {
+		if err := l.TrustNodes(wctx); err != nil {
+			im.warning = strings.TrimSpace(im.warning + " " + err.Error())
+		}
+	}
+	if len(cfg.nodes) > 0 || cfg.spawn > 0 {
+		im.health = l.Health
 	}
 	switch cfg.mode {
 	case "do":

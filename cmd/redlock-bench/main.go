@@ -13,6 +13,9 @@
 // Nodes (one of):
 //
 //	-nodes a:6379,b:6379      real nodes: host:port, or redis:// and rediss:// URLs
+//	-trust-nodes              call Locker.TrustNodes on the -nodes first: only for
+//	                          nodes known to hold no locks (nodes this run
+//	                          starts are always trusted)
 //	                          (rediss://user:password@host:port for TLS and an ACL user)
 //	-tls-ca F, -tls-cert F, -tls-key F
 //	                          rediss:// nodes: a private CA, a client certificate and its key
@@ -59,6 +62,8 @@
 //	redlock-wait       this library with Options.WaitReplicas -wait-replicas
 //	                   (1), and Options.WaitAOF with -wait-aof; give the nodes
 //	                   replicas with -spawn N -replicas 1 (not in all)
+//	redlock-unguarded  this library with Options.NoQuarantine: the node
+//	                   guard off, no companions sent (not in all)
 //	raw                SET NX PX + compare-and-delete on one node: the floor
 //	                   (the third-fastest node under -node-latency)
 //	redsync            github.com/go-redsync/redsync/v4, defaults
@@ -146,6 +151,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if impls[i].warning != "" {
 			fmt.Fprintf(stderr, "redlock-bench: %s: %s\n", name, impls[i].warning)
 		}
+		printHealth(out, "before the run", impls[i])
 	}
 	share := cfg // one round's share of the run
 	share.duration /= time.Duration(cfg.rounds)
@@ -174,6 +180,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		printTable(out, r)
 	}
 	printComparison(out, results)
+	for _, im := range impls {
+		printHealth(out, "after the run", im)
+	}
 	if len(cfg.nodes) == 0 && cfg.spawn == 0 {
 		fmt.Fprintln(out, "\nnote: embedded nodes share this process's CPU: compare client-side cost (CPU, allocs/cycle) here, not latency;"+
 			" -spawn N [-server PATH] or -nodes give real servers, -node-latency a network")

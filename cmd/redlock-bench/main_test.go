@@ -294,7 +294,7 @@ func TestRemoteNodes(t *testing.T) {
 	nodes := "redis://:secret@" + secured.Addr() + "/2," + plain.Addr()
 	// Not a test of timing: no errors are allowed, so a NodeTimeout for a
 	// loaded, race-instrumented machine rather than the 50ms default.
-	out, err := runCLI(t, "-nodes", nodes, "-ops", "20", "-keys", "2", "-impl", "redlock,raw", "-node-timeout", "5s")
+	out, err := runCLI(t, "-nodes", nodes, "-trust-nodes", "-ops", "20", "-keys", "2", "-impl", "redlock,raw", "-node-timeout", "5s")
 	if err != nil || !strings.Contains(out, "2 Redis nodes given by -nodes") {
 		t.Fatalf("run: %v\n%s", err, out)
 	}

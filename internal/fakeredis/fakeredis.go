@@ -4,10 +4,14 @@
 // interpreter dominates every figure (thousands of allocations per script
 // call), and a real redis-server shares the CPU with the benchmark.
 //
-// The replies are those of an uncontended lock cycle: SET (NX PX GET) finds
-// no old value, scripts (EVALSHA, EVAL) return 1, HELLO is refused so that
-// clients speak RESP2, and anything else is OK. Replies to a pipeline go out
-// in one write, as Redis sends them.
+// The replies are those of an uncontended lock cycle on a node whose memory
+// is trusted: SET (NX PX GET) finds no old value, scripts (EVALSHA, EVAL)
+// return 1, HELLO is refused so that clients speak RESP2, and anything else
+// is OK. The node guard's companions get what a steady node answers: GET
+// finds the marker "0 ?" (trusted: see redlock.Locker.TrustNodes), SCRIPT
+// EXISTS finds the script, TIME tells the time, and a script on the marker
+// key (the guard's examination) returns the marker and the time. Replies to
+// a pipeline go out in one write, as Redis sends them.
 package fakeredis
 
 import (
@@ -16,7 +20,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"sync"
+	"time"
 )
 
 // Server is a running fake. Close stops it.
@@ -79,22 +85,56 @@ func (s *Server) accept() {
 func serve(c net.Conn) error {
 	r := bufio.NewReader(c)
 	w := bufio.NewWriter(c)
-	var name []byte
+	var name, key, scratch []byte
 	for {
 		var err error
-		if name, err = readCommand(r, name[:0]); err != nil {
+		if name, key, err = readCommand(r, name[:0], key[:0]); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
 			return err
 		}
-		w.WriteString(reply(name))
+		switch out := reply(name); {
+		case out == timeReply:
+			scratch = appendTime(scratch[:0], "*2\r\n")
+			w.Write(scratch)
+		case out == evalReply && string(key) == markerKey:
+			scratch = appendTime(append(scratch[:0], "*3\r\n$3\r\n0 ?\r\n"...), "")
+			w.Write(scratch)
+		default:
+			w.WriteString(out)
+		}
 		if r.Buffered() == 0 { // the end of what the client sent: answer it all
 			if err := w.Flush(); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// markerKey is the node guard's marker (redlock's guard.go).
+const markerKey = "redlock:memory"
+
+// Replies that serve completes.
+const (
+	timeReply = "time"
+	evalReply = ":1\r\n"
+)
+
+// appendTime appends head and the time as TIME's two bulk strings.
+func appendTime(b []byte, head string) []byte {
+	now := time.Now()
+	b = append(b, head...)
+	for _, v := range []int64{now.Unix(), int64(now.Nanosecond() / 1000)} {
+		var digits [20]byte
+		d := strconv.AppendInt(digits[:0], v, 10)
+		b = append(b, '$')
+		b = strconv.AppendInt(b, int64(len(d)), 10)
+		b = append(b, "\r\n"...)
+		b = append(b, d...)
+		b = append(b, "\r\n"...)
+	}
+	return b
 }
 
 func reply(name []byte) string {
@@ -109,37 +149,48 @@ func reply(name []byte) string {
 	case "set":
 		return "$-1\r\n"
 	case "evalsha", "eval", "evalsha_ro", "eval_ro":
-		return ":1\r\n"
+		return evalReply
 	case "ping":
 		return "+PONG\r\n"
+	case "get":
+		return "$3\r\n0 ?\r\n"
+	case "script":
+		return "*1\r\n:1\r\n"
+	case "time":
+		return timeReply
 	}
 	return "+OK\r\n"
 }
 
 // readCommand reads one command (an array of bulk strings) and appends its
-// name to name.
-func readCommand(r *bufio.Reader, name []byte) ([]byte, error) {
+// name to name, and its fourth argument (a script's first key) to key when
+// it is short.
+func readCommand(r *bufio.Reader, name, key []byte) ([]byte, []byte, error) {
 	n, err := readHeader(r, '*')
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for i := range n {
 		size, err := readHeader(r, '$')
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if i == 0 { // command names are short: they fit the buffer
+		if i == 0 || i == 3 && size <= len(markerKey) { // short: they fit the buffer
 			b, err := r.Peek(size + 2)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
-			name = append(name, b[:size]...)
+			if i == 0 {
+				name = append(name, b[:size]...)
+			} else {
+				key = append(key, b[:size]...)
+			}
 		}
 		if _, err := r.Discard(size + 2); err != nil { // the argument and its CRLF
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return name, nil
+	return name, key, nil
 }
 
 func readHeader(r *bufio.Reader, kind byte) (int, error) {

@@ -1,0 +1,420 @@
+package redlock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock/redlock/clock"
+	"github.com/redlock/redlock/drift"
+	"github.com/redlock/redlock/internal/hashtag"
+)
+
+// The node guard checks Redlock's two assumptions about each node on the
+// hot path, instead of trusting the operator with them:
+//
+//   - A node does not come back having forgotten keys it granted (a restart
+//     without persistence, a FLUSHALL, an RDB snapshot older than its last
+//     grants). Such a node could grant a held lock a second time. The Redis
+//     documentation's remedy is to keep it out of the quorum for longer than
+//     the longest TTL; the guard enforces it: each node keeps a marker of
+//     when its current memory began, and while less than Options.MaxTTL has
+//     passed since then the node's votes do not count.
+//   - A node's clock does not jump forward (Redis expires keys by its wall
+//     clock, so a forward jump drops held keys early there). Every guarded
+//     round trip reads the node's TIME; a drift.Estimator per node turns the
+//     readings into a clock rate and jumps. After a forward jump the node's
+//     votes do not count for MaxTTL (its keys from before the jump may be
+//     gone early); a node measured to run faster than the drift bound
+//     shortens the validity of leases it grants.
+//
+// Such a node's vote fails with ErrNodeQuarantined, never contention.
+//
+// Cost: the commands that need the guard (acquisitions, extensions, checks)
+// travel with three companions in the same pipeline, behind them on the same
+// connection: GET of the marker, SCRIPT EXISTS of the examine script, and
+// TIME. The auto-pipeline sends one set per batch, however many commands
+// the batch carries. The decision is the client's: the lock commands stay
+// plain SET NX and the short scripts, and no Lua runs in the steady state
+// (Lua costs a node several times what a SET does). The client examines a
+// node (examine.lua: INFO, then the marker is written where it is missing)
+// only when the companions say something changed: the marker is missing
+// (a restart without persistence, a flush, an eviction, a first use) or
+// differs from the one it examined last, or the examine script is no longer
+// cached on the node (a new server process, which may have loaded an old
+// snapshot; a SCRIPT FLUSH), or this Locker has not examined the node yet.
+//
+// Order matters: the companions follow the guarded commands on one
+// connection, so a marker read intact after a SET proves that the memory
+// the SET found had not been flushed, and a flush after the marker's read
+// is the next round trip's to see.
+//
+// Where the marker lives: one key per node ("redlock:memory") on every node
+// but a Redis Cluster, whose masters restart separately: there, one marker
+// per hash slot ("redlock:memory:{tag}", in the lock key's slot), read with
+// its own GET, so that a lock key whose slot is migrating needs no
+// multi-key command (which the cluster refuses with TRYAGAIN mid-migration).
+// A cluster node's clock is not measured: its slot's master changes with
+// failovers, and so would the clock.
+
+// ErrNodeQuarantined matches the vote of a node that the guard keeps out of
+// the quorum for now: its memory began less than Options.MaxTTL ago, so a
+// key it granted before may still be held by someone, or its clock jumped
+// forward less than MaxTTL ago, so a key it granted before the jump may have
+// expired early. The *QuorumError names the node, the cause and how long is
+// left.
+var ErrNodeQuarantined = errors.New("redlock: node quarantined")
+
+// quarantineError is a quarantined node's vote.
+type quarantineError struct {
+	left  time.Duration
+	cause string
+}
+
+func (e *quarantineError) Error() string {
+	return fmt.Sprintf("%v for %v more: %s", ErrNodeQuarantined, e.left.Round(time.Millisecond), e.cause)
+}
+
+func (e *quarantineError) Is(target error) bool { return target == ErrNodeQuarantined }
+
+// What a quarantine says of its cause.
+const (
+	memoryCause = "its memory began less than MaxTTL ago (a restart without persistence, a flush, an eviction, or a first use; Locker.TrustNodes lifts it for a deployment known to hold no locks)"
+	jumpCause   = "its clock jumped forward by %v less than MaxTTL ago, so keys it granted before may have expired early"
+)
+
+var (
+	//go:embed scripts/examine.lua
+	examineLua    string
+	examineScript = newScript("guard's examine", "TIME, GET, SET, INFO", examineLua)
+
+	//go:embed scripts/trust.lua
+	trustLua    string
+	trustScript = newScript("trust", "SET, INFO", trustLua)
+)
+
+// markerKey is the guard's marker on every node but a Redis Cluster.
+const markerKey = "redlock:memory"
+
+// slotMarker is the marker of a hash slot on a Redis Cluster.
+func slotMarker(slot int) string {
+	return markerKey + ":{" + hashtag.TagFor(slot) + "}"
+}
+
+// guard is one node's guard, shared by both transports. Nil on a Locker
+// with Options.NoQuarantine.
+type guard struct {
+	maxTTL  time.Duration
+	bound   drift.Bound
+	now     clock.Clock      // Options.Clock: when quarantines end
+	clock   *drift.Estimator // nil: not measured (a Redis Cluster node)
+	cluster bool
+
+	mu       sync.Mutex
+	memory   map[string]memoryState // by marker key
+	jumpEnd  time.Time              // a jump's quarantine ends (zero: none)
+	jumpSize time.Duration
+}
+
+// memoryState is what the last examination of one marker found.
+type memoryState struct {
+	marker  string    // the marker's value
+	clearAt time.Time // the memory has been whole for MaxTTL from then on
+}
+
+func newGuard(o *Options, cluster bool) *guard {
+	g := &guard{maxTTL: o.MaxTTL, bound: o.bound(), now: o.Clock, cluster: cluster, memory: map[string]memoryState{}}
+	if !cluster {
+		g.clock = drift.NewEstimator(g.bound)
+	}
+	return g
+}
+
+// markerFor returns the marker that covers key on this node.
+func (g *guard) markerFor(key string) string {
+	if g.cluster {
+		return slotMarker(hashtag.Slot(key))
+	}
+	return markerKey
+}
+
+// companions are the guard's commands that follow guarded commands in one
+// pipeline.
+type companions struct {
+	marker string
+	get    *redis.StringCmd
+	exists *redis.BoolSliceCmd
+	time   *redis.TimeCmd // nil: the node's clock is not measured
+}
+
+// The companions' arguments, which every call shares (nothing writes them).
+var (
+	getMarkerArgs = []any{"get", markerKey}
+	existsArgs    = []any{"script", "exists", examineScript.Hash()}
+	timeArgs      = []any{"time"}
+)
+
+func (g *guard) companions(ctx context.Context, marker string) companions {
+	get := getMarkerArgs
+	if marker != markerKey {
+		get = []any{"get", marker}
+	}
+	c := companions{marker: marker, get: redis.NewStringCmd(ctx, get...), exists: redis.NewBoolSliceCmd(ctx, existsArgs...)}
+	if g.clock != nil {
+		c.time = redis.NewTimeCmd(ctx, timeArgs...)
+	}
+	return c
+}
+
+// queue adds the companions to pipe.
+func (c *companions) queue(ctx context.Context, pipe redis.Pipeliner) {
+	_ = pipe.Process(ctx, c.get)
+	_ = pipe.Process(ctx, c.exists)
+	if c.time != nil {
+		_ = pipe.Process(ctx, c.time)
+	}
+}
+
+// judge reads the companions of a round trip sent at sent and answered at
+// received, and returns the verdict on its guarded commands: nil, a
+// quarantineError, or the error that kept the guard from deciding (which
+// fails those votes too: a guard that cannot look must not pass). It
+// examines the node through ex when the companions say so, or when suspect
+// (a command in the round trip met NOSCRIPT: a new server process).
+func (g *guard) judge(ctx context.Context, ex redis.Scripter, c companions, sent, received time.Time, suspect bool) error {
+	if c.time != nil {
+		if err := g.observe(c.time, sent, received); err != nil {
+			return err
+		}
+	}
+	g.mu.Lock()
+	state, known := g.memory[c.marker]
+	g.mu.Unlock()
+
+	value, err := c.get.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		known = false // missing: a restart, a flush, an eviction
+	case deniedByACL(err):
+		return denied(fmt.Sprintf("GET of the guard's marker %q", c.marker), err)
+	case err != nil:
+		if _, _, redirected := redirection(err); !redirected {
+			return fmt.Errorf("redlock: GET of the guard's marker %q: %w", c.marker, err)
+		}
+		known = false // a cluster slot migrating: examine through the ClusterClient
+	case value != state.marker:
+		known = false
+	}
+	cached, err := c.exists.Result()
+	switch {
+	case deniedByACL(err):
+		return denied("SCRIPT EXISTS (the guard's check for a new server process)", err)
+	case err != nil:
+		return fmt.Errorf("redlock: SCRIPT EXISTS (the guard's check for a new server process): %w", err)
+	case len(cached) != 1 || !cached[0]:
+		known = false
+	}
+	if !known || suspect {
+		if state, err = g.examine(ctx, ex, c.marker); err != nil {
+			return err
+		}
+	}
+	return g.verdict(state)
+}
+
+// verdict is the quarantine that state and the last jump impose now, if any.
+func (g *guard) verdict(state memoryState) error {
+	return g.verdictAt(state, g.now.Now())
+}
+
+func (g *guard) verdictAt(state memoryState, now time.Time) error {
+	g.mu.Lock()
+	jumpEnd, jumpSize := g.jumpEnd, g.jumpSize
+	g.mu.Unlock()
+	memoryLeft, jumpLeft := state.clearAt.Sub(now), jumpEnd.Sub(now)
+	switch {
+	case memoryLeft <= 0 && jumpLeft <= 0:
+		return nil
+	case jumpLeft > memoryLeft:
+		return &quarantineError{left: jumpLeft, cause: fmt.Sprintf(jumpCause, jumpSize)}
+	}
+	return &quarantineError{left: memoryLeft, cause: memoryCause}
+}
+
+// examine runs examine.lua on the node through ex and records what it
+// found: when the node's memory began, in this process's time.
+func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (memoryState, error) {
+	res, err := examineScript.Run(ctx, ex, []string{marker}).Slice()
+	if err != nil {
+		return memoryState{}, fmt.Errorf("redlock: the guard's examine script (it calls %s on %s): %w", examineScript.calls, marker, denied("the guard's examine script", err))
+	}
+	value, nodeNow, err := parseExamined(res)
+	if err != nil {
+		return memoryState{}, err
+	}
+	began, err := strconv.ParseInt(strings.Fields(value)[0], 10, 64)
+	if err != nil {
+		return memoryState{}, fmt.Errorf("redlock: the guard's marker %q holds %q, not \"<ms> <run_id>\"", marker, value)
+	}
+	state := memoryState{marker: value}
+	if left := time.UnixMilli(began).Add(g.maxTTL).Sub(nodeNow); left > 0 {
+		// The node's keys expire by its clock, which may run slow: allow
+		// the drift bound on top.
+		state.clearAt = g.now.Now().Add(left + g.bound.Of(left))
+	}
+	g.mu.Lock()
+	g.memory[marker] = state
+	g.mu.Unlock()
+	return state, nil
+}
+
+// parseExamined reads examine.lua's reply {marker, seconds, microseconds}.
+func parseExamined(res []any) (marker string, nodeNow time.Time, err error) {
+	if len(res) == 3 {
+		marker, ok := res[0].(string)
+		sec, err1 := strconv.ParseInt(fmt.Sprint(res[1]), 10, 64)
+		usec, err2 := strconv.ParseInt(fmt.Sprint(res[2]), 10, 64)
+		if ok && marker != "" && err1 == nil && err2 == nil {
+			return marker, time.Unix(sec, usec*1000), nil
+		}
+	}
+	return "", time.Time{}, fmt.Errorf("redlock: unexpected reply from the guard's examine script: %v", res)
+}
+
+// observe feeds a TIME reply to the clock estimator; a forward jump starts
+// a quarantine.
+func (g *guard) observe(cmd *redis.TimeCmd, sent, received time.Time) error {
+	at, err := cmd.Result()
+	if err != nil {
+		return fmt.Errorf("redlock: TIME (the guard's clock reading): %w", denied("TIME", err))
+	}
+	jump, jumped := g.clock.Observe(drift.Reading{Sent: sent, Received: received, Node: at})
+	if jumped && jump.Size > 0 {
+		g.mu.Lock()
+		g.jumpEnd, g.jumpSize = g.now.Now().Add(g.maxTTL+g.bound.Of(g.maxTTL)), jump.Size
+		g.mu.Unlock()
+	}
+	return nil
+}
+
+// guardedVote is a node's vote on a guarded command: a grant fails when the
+// guard's verdict is not nil (a quarantine, or an error that kept the guard
+// from deciding). A refusal stays what it is: another value on the key is
+// contention however the node's memory began. Both transports decide such
+// votes here.
+func guardedVote(o Outcome, err, verdict error) (Outcome, error) {
+	if verdict != nil && err == nil && o == Granted {
+		return Failed, verdict
+	}
+	return o, err
+}
+
+// TrustNodes declares every node's current memory complete: a new
+// deployment known to hold no locks, or nodes whose data the operator knows
+// to be whole. It lifts the guard's quarantine for each node's current
+// server process, for every Locker; a later restart without persistence, or
+// a flush, is caught again. On a Redis Cluster node it marks every hash
+// slot, through the masters that serve them. It does not lift a quarantine
+// for a clock jump. It returns every node's error, after trying them all.
+func (l *Locker) TrustNodes(ctx context.Context) error {
+	if l == nil {
+		return errors.New("redlock: TrustNodes on a nil *Locker")
+	}
+	if ctx == nil {
+		return errors.New("redlock: TrustNodes: nil context")
+	}
+	errs := make([]error, len(l.nodes))
+	var wg sync.WaitGroup
+	for i, n := range l.nodes {
+		wg.Go(func() {
+			if err := n.trust(ctx); err != nil {
+				errs[i] = fmt.Errorf("redlock: TrustNodes: %s: %w", n.name, denied("the trust script (it calls "+trustScript.calls+")", err))
+				return
+			}
+			if n.guard != nil {
+				errs[i] = n.guard.forget(ctx, n.Node)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// forget drops what this guard examined, which TrustNodes made stale: a
+// standalone node is examined again at once, a cluster node's slots on
+// their next use.
+func (g *guard) forget(ctx context.Context, ex redis.Scripter) error {
+	g.mu.Lock()
+	clear(g.memory)
+	g.mu.Unlock()
+	if g.cluster {
+		return nil
+	}
+	_, err := g.examine(ctx, ex, markerKey)
+	return err
+}
+
+func (n node) trust(ctx context.Context) error {
+	cc, ok := n.Node.(*redis.ClusterClient)
+	if !ok {
+		return trustScript.Run(ctx, n.Node, []string{markerKey}).Err()
+	}
+	// Every slot's marker, written on the master that serves it, with that
+	// master's run_id: plain SETs, in one pipeline per master (16,384
+	// scripts would cost far more than the INFO per master this needs).
+	masters := map[string]*redis.Client{}
+	var mu sync.Mutex
+	if err := cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		masters[c.Options().Addr] = c
+		mu.Unlock()
+		return nil
+	}); err != nil {
+		return err
+	}
+	ranges, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		return err
+	}
+	for _, r := range ranges {
+		if len(r.Nodes) == 0 {
+			continue
+		}
+		m, ok := masters[r.Nodes[0].Addr]
+		if !ok {
+			return fmt.Errorf("the master %s of slots %d-%d is not one the client knows", r.Nodes[0].Addr, r.Start, r.End)
+		}
+		marker := "0 " + runID(ctx, m)
+		if _, err := m.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for slot := r.Start; slot <= r.End; slot++ {
+				p.Set(ctx, slotMarker(int(slot)), marker, 0)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runID is the server process's run_id (INFO server), or "?" where the
+// server does not say, as examine.lua reads it.
+func runID(ctx context.Context, c *redis.Client) string {
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return "?"
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
+			return v
+		}
+	}
+	return "?"
+}

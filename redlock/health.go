@@ -1,0 +1,191 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// NodeHealth is one node as this Locker sees it: recent round trips and
+// failures, the node guard's quarantine and clock measurements, and the
+// node's own settings.
+type NodeHealth struct {
+	Node int    // index in the nodes passed to New
+	Name string // as errors name it
+
+	RTT      time.Duration // recent round trips (moving average); 0 before the first
+	Failures int           // votes that failed in the last minute: errors, timeouts, quarantines
+
+	// QuarantineLeft is how long the node guard keeps the node's votes out
+	// of the quorum (0: they count), and QuarantineCause why. Each marker
+	// this Locker has examined counts (one per hash slot used, on a Redis
+	// Cluster node), and so does a clock jump.
+	QuarantineLeft  time.Duration
+	QuarantineCause string
+
+	// The node's clock against this process's, from the TIME that guarded
+	// round trips carry (none with Options.NoQuarantine, nor on a Redis
+	// Cluster node): the rate in parts per million (positive: it runs fast)
+	// with its worst-case error, once ClockMeasured; the forward and
+	// backward jumps seen; and the readings taken.
+	ClockRatePPM    float64
+	ClockRateErrPPM float64
+	ClockMeasured   bool
+	ClockJumps      int
+	ClockSamples    int
+
+	// The node's settings, read now (INFO and CONFIG GET, within
+	// NodeTimeout, and at least a second): its version, role and connected
+	// replicas, and what Durability reads. Err says what could not be read.
+	Version    string
+	Role       string
+	Replicas   int
+	Durability NodeDurability
+	Err        error
+}
+
+// Health reports every node's health, in the order given to New. It reads
+// each node's settings (INFO server and replication, CONFIG GET) with a
+// deadline of NodeTimeout, at least a second; the rest is this Locker's own
+// record and costs no round trip.
+func (l *Locker) Health() []NodeHealth {
+	if l == nil {
+		return nil
+	}
+	out := make([]NodeHealth, len(l.nodes))
+	var wg sync.WaitGroup
+	for i, n := range l.nodes {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), max(l.opts.NodeTimeout, time.Second))
+			defer cancel()
+			out[i] = n.health(ctx, l.opts.Clock.Now())
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+func (n node) health(ctx context.Context, now time.Time) NodeHealth {
+	h := NodeHealth{Node: n.index, Name: n.name}
+	h.RTT, h.Failures = n.stats.recent(now)
+	if g := n.guard; g != nil {
+		if err := g.current(now); err != nil {
+			var q *quarantineError
+			if errors.As(err, &q) {
+				h.QuarantineLeft, h.QuarantineCause = q.left, q.cause
+			}
+		}
+		if g.clock != nil {
+			h.ClockRatePPM, h.ClockRateErrPPM, h.ClockMeasured = g.clock.Rate()
+			h.ClockJumps, h.ClockSamples = g.clock.Jumps(), g.clock.Readings()
+		}
+	}
+	h.Durability = n.durability(ctx)
+	info, err := n.Do(ctx, "INFO", "server").Text()
+	if err == nil {
+		var repl string
+		if repl, err = n.Do(ctx, "INFO", "replication").Text(); err == nil {
+			info += repl
+		}
+	}
+	if err != nil {
+		h.Err = fmt.Errorf("INFO: %w", denied("INFO (Health reads server and replication)", err))
+		return h
+	}
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		switch {
+		case !ok:
+		case k == "redis_version" && h.Version == "", k == "valkey_version":
+			h.Version = v
+			if k == "valkey_version" {
+				h.Version = "valkey " + v
+			}
+		case k == "role":
+			h.Role = v
+		case k == "connected_slaves":
+			h.Replicas, _ = strconv.Atoi(v)
+		}
+	}
+	return h
+}
+
+// current is the guard's verdict now, over every marker it examined: the
+// longest quarantine.
+func (g *guard) current(now time.Time) error {
+	g.mu.Lock()
+	var worst memoryState
+	for _, s := range g.memory {
+		if s.clearAt.After(worst.clearAt) {
+			worst = s
+		}
+	}
+	g.mu.Unlock()
+	return g.verdictAt(worst, now)
+}
+
+// nodeStats is one node's recent record, which both transports keep.
+type nodeStats struct {
+	mu       sync.Mutex
+	rtt      time.Duration
+	buckets  [failureBuckets]int // failed votes per failureBucket
+	newest   time.Time           // when buckets[last] began
+	last     int
+	recorded bool
+}
+
+const (
+	failureBuckets = 6
+	failureBucket  = 10 * time.Second // six of them: the last minute
+)
+
+// record counts one vote: its round trip (0: not timed) and whether it
+// failed.
+func (s *nodeStats) record(now time.Time, rtt time.Duration, failed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rtt > 0 {
+		if s.rtt == 0 {
+			s.rtt = rtt
+		}
+		s.rtt += (rtt - s.rtt) / 8
+	}
+	if !failed {
+		return
+	}
+	s.advance(now)
+	s.buckets[s.last]++
+}
+
+// advance moves the buckets on to now. s.mu is held.
+func (s *nodeStats) advance(now time.Time) {
+	if !s.recorded {
+		s.newest, s.recorded = now, true
+		return
+	}
+	for i := 0; i < failureBuckets && now.Sub(s.newest) >= failureBucket; i++ {
+		s.last = (s.last + 1) % failureBuckets
+		s.buckets[s.last] = 0
+		s.newest = s.newest.Add(failureBucket)
+	}
+	if now.Sub(s.newest) >= failureBucket { // idle for longer than the window
+		s.newest = now
+	}
+}
+
+// recent returns the round-trip average and the failures of the last
+// minute.
+func (s *nodeStats) recent(now time.Time) (time.Duration, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advance(now)
+	n := 0
+	for _, b := range s.buckets {
+		n += b
+	}
+	return s.rtt, n
+}

@@ -1,0 +1,70 @@
+-- The node guard's examination (see guard.go): when did this node's memory
+-- begin? KEYS[1] is the marker, "<began> <run>": when the memory began (ms,
+-- the node's clock) and the run_id of the server process that wrote it.
+-- Returns {marker, seconds, microseconds}: the marker as it now stands and
+-- the node's TIME. The client runs it only when the steady-state companions
+-- (GET of the marker, SCRIPT EXISTS of this script) say something changed:
+-- the marker is missing or differs from the one it examined last, or this
+-- script is no longer cached (a new server process, SCRIPT FLUSH).
+--
+-- A missing marker means the memory began when the process did (TIME minus
+-- uptime), or now if the process ran FLUSHALL or FLUSHDB (which removed it),
+-- or now when the server does not say its uptime. A marker written by
+-- another process (its run_id differs) is kept, unless this process loaded
+-- an RDB snapshot at its start without AOF and is not a promoted replica: a
+-- snapshot may lack the latest grants, so then the memory began when the
+-- process did. A marker that came by replication (a promoted replica) or by
+-- a slot migration is kept: that is what WaitReplicas is for.
+
+-- info returns INFO section, or nil where the server has no such section
+-- (miniredis); an ACL refusal is raised, not mistaken for an unknown.
+local function info(section)
+	local r = redis.pcall("INFO", section)
+	if type(r) == "table" and r.err then
+		if string.find(r.err, "NOPERM", 1, true) or string.find(r.err, "can't run", 1, true) or string.find(r.err, "ACL failure", 1, true) then
+			error(r)
+		end
+		return nil
+	end
+	return r
+end
+
+local t = redis.call("TIME")
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local m = redis.call("GET", KEYS[1])
+local began, run
+if m then
+	local b, r = string.match(m, "^(%d+) (%S+)$")
+	began, run = tonumber(b), r
+end
+local id, start = "?", now
+local server = info("server")
+if server then
+	id = string.match(server, "run_id:(%x+)") or "?"
+	local up = tonumber(string.match(server, "uptime_in_seconds:(%d+)") or "")
+	if up then
+		start = now - up * 1000
+	end
+end
+if began and run == id then
+	return {m, t[1], t[2]} -- the same process: its scripts went, not its memory
+end
+if began then
+	local p = info("persistence")
+	local r = info("replication")
+	local loaded = not (p and string.find(p, "rdb_last_load_keys_loaded:0", 1, true))
+	local aof = p and string.find(p, "aof_enabled:1", 1, true)
+	local promoted = r and string.find(r, "second_repl_offset:", 1, true) and not string.find(r, "second_repl_offset:-1", 1, true)
+	if loaded and not aof and not promoted then
+		began = math.max(began, start)
+	end
+else
+	began = start
+	local stats = info("commandstats")
+	if not stats or string.find(stats, "cmdstat_flushall:", 1, true) or string.find(stats, "cmdstat_flushdb:", 1, true) then
+		began = now
+	end
+end
+m = string.format("%d %s", began, id)
+redis.call("SET", KEYS[1], m)
+return {m, t[1], t[2]}
