@@ -112,13 +112,13 @@ type job struct {
 	verdict error
 	stats   *nodeStats    // the node's record, for Health; nil: none kept
 	took    time.Duration // the batch's round trip
-	rerun         bool          // sent again after NOSCRIPT, in a pipeline of its own
-	timeout       time.Duration // the batch carrying it may take this long
-	src           string        // a script's source, resent with EVAL after NOSCRIPT; "" for other commands
-	round         *quorum.Round[Outcome]
-	node          int
-	read          func(node int, cmd *redis.Cmd) (Outcome, error)
-	calls         *tracker
+	rerun   bool          // sent again after NOSCRIPT, in a pipeline of its own
+	timeout time.Duration // the batch carrying it may take this long
+	src     string        // a script's source, resent with EVAL after NOSCRIPT; "" for other commands
+	round   *quorum.Round[Outcome]
+	node    int
+	read    func(node int, cmd *redis.Cmd) (Outcome, error)
+	calls   *tracker
 }
 
 func (j *job) deliver() {

@@ -5,7 +5,6 @@ import (
 	"io"
 	"text/tabwriter"
 	"time"
-
 )
 
 // printHealth prints a Locker's view of its nodes (Locker.Health): what
