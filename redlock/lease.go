@@ -23,6 +23,7 @@ type Lease struct {
 	op sync.Mutex // serializes Extend, Unlock and Check
 
 	mu       sync.Mutex
+	holders  *quorum.Round[Outcome] // heldBy, for Holders
 	until    time.Time
 	ttl      time.Duration // the longest TTL any node may have been given
 	unlocked bool
@@ -218,13 +219,18 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	l.ttl = max(l.ttl, req.granted)
 	l.mu.Unlock()
 	start := lk.opts.Clock.Now()
-	c := scriptCommand(extendScript, []string{l.key}, l.value, req.ms).replicated().guardedBy()
+	heal := "1" // set the key again where it is missing (see Options.NoHeal)
+	if lk.opts.NoHeal {
+		heal = "0"
+	}
+	c := scriptCommand(extendScript, []string{l.key}, l.value, req.ms, heal).replicated().guardedBy()
 	round := lk.fanOut(ctx, fan{timeout: lk.opts.NodeTimeout}, c, readScript)
 	tally := round.Decide(ctx, min(lk.opts.NodeTimeout, req.budget), granted)
-	until := start.Add(req.budget)
+	until := start.Add(req.budget - lk.fastClocks(tally, req.granted))
 	if tally.Won && until.After(lk.opts.Clock.Now()) {
 		l.heldBy = round
 		l.mu.Lock()
+		l.holders = round
 		l.setUntilLocked(until)
 		l.mu.Unlock()
 		return nil
@@ -236,6 +242,33 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		l.shorten(until)
 	}
 	return e
+}
+
+// Holders returns how many nodes hold the lease as far as this process
+// knows: those that granted its acquisition, or its last successful
+// extension, including grants that arrived after the decision and, with
+// healing (see Options.NoHeal), nodes that had forgotten the lease and hold
+// it again. A node whose vote the node guard did not count is not among
+// them. It costs no round trip.
+func (l *Lease) Holders() int {
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	round := l.holders
+	l.mu.Unlock()
+	n := 0
+	for i := range len(l.locker.nodes) {
+		select {
+		case <-round.Settled(i):
+		default:
+			continue
+		}
+		if o, err := round.Result(i); err == nil && o == Granted {
+			n++
+		}
+	}
+	return n
 }
 
 // refuted reports whether tally's answers leave fewer than a majority of

@@ -213,14 +213,14 @@ func (l *Locker) attempt(ctx context.Context, req request) (*Lease, error) {
 	round := l.fanOut(ctx, fan{earlier: earlier, timeout: l.opts.NodeTimeout}, c, read)
 	// Waiting past the budget is pointless: no validity would be left.
 	tally := round.Decide(ctx, min(l.opts.NodeTimeout, req.budget), granted)
-	until := start.Add(req.budget)
+	until := start.Add(req.budget - l.fastClocks(tally, req.granted))
 	var token uint64
 	var err error
 	if tally.Won && counters != nil {
 		token, err = l.fence(ctx, req, value, round, tally, counters, until)
 	}
 	if err == nil && tally.Won && until.After(l.opts.Clock.Now()) {
-		return &Lease{locker: l, key: req.key, value: value, token: token, acquired: round, heldBy: round, ttl: req.granted, until: until}, nil
+		return &Lease{locker: l, key: req.key, value: value, token: token, acquired: round, heldBy: round, holders: round, ttl: req.granted, until: until}, nil
 	}
 
 	// Release everywhere: at once where the SET has returned, and on the
@@ -231,6 +231,21 @@ func (l *Locker) attempt(ctx context.Context, req request) (*Lease, error) {
 		return nil, err
 	}
 	return nil, l.roundError(ctx, "acquire", c, tally)
+}
+
+// fastClocks is how much earlier than the drift bound allows the lease's
+// keys may expire on the nodes that granted in tally: the most that any of
+// their clocks is measured to run faster than the bound (drift.Estimator's
+// Excess), times the TTL. Validity shrinks by it. Zero without the node
+// guard, and for clocks not measured yet.
+func (l *Locker) fastClocks(tally quorum.Tally[Outcome], ttl time.Duration) time.Duration {
+	excess := 0.0
+	for i, v := range tally.Votes {
+		if g := l.nodes[i].guard; v.Accepted && g != nil && g.clock != nil {
+			excess = max(excess, g.clock.Excess())
+		}
+	}
+	return time.Duration(float64(ttl) * excess)
 }
 
 // waitGranted waits, for at most NodeTimeout, for round's calls on the nodes

@@ -34,7 +34,7 @@ var (
 
 	//go:embed scripts/extend.lua
 	extendLua    string
-	extendScript = newScript("extend", "GET, PEXPIRE", extendLua)
+	extendScript = newScript("extend", "GET, PEXPIRE, SET", extendLua)
 
 	//go:embed scripts/check.lua
 	checkLua    string
@@ -294,14 +294,15 @@ func readAcquire(value string) reader {
 }
 
 // readScript reads the reply of the release, extend, check and fence
-// scripts: 1 done, 0 the key is missing, -1 another value holds it.
+// scripts: 1 done, 0 the key is missing, -1 another value holds it, and
+// from a healing extension 2: the key was missing and is set again.
 func readScript(_ int, cmd *redis.Cmd) (Outcome, error) {
 	code, err := cmd.Int64()
 	if err != nil {
 		return Failed, err
 	}
 	switch code {
-	case 1:
+	case 1, 2:
 		return Granted, nil
 	case 0:
 		return Missing, nil

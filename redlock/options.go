@@ -67,6 +67,17 @@ type Options struct {
 	// of its marker, SCRIPT EXISTS, TIME) are not sent.
 	NoQuarantine bool
 
+	// NoHeal turns healing off: Extend (and Do's extensions) then only
+	// extends the key where it still holds this lease's value. With
+	// healing, Extend also sets the key again, with the lease's value and
+	// the new TTL, on nodes where it is missing (a node restarted without
+	// persistence, a failover to a replica that never got it; never over
+	// another value), so that a long lease regains the nodes that forgot it
+	// instead of ending once a bare majority is left. A healed node in the
+	// node guard's quarantine does not count until the quarantine ends.
+	// Lease.Holders reports how many nodes hold the lease.
+	NoHeal bool
+
 	// MaxHold bounds how long Do keeps extending a lease: once another
 	// extension would carry it past MaxHold since it was acquired, Do stops
 	// extending and the lease runs out. Zero means no bound; must not be

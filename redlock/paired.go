@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -86,7 +87,7 @@ func (n node) sendPaired(ctx context.Context, c command, w *waitSpec, g *guard) 
 
 // sendInTurn is sendPaired for a Node that cannot pipeline (a wrapper that
 // offers only Do and the script calls): the guard's companions follow the
-// command one by one, each after the reply before it.
+// command's reply, side by side, so that they cost one more round trip.
 func (n node) sendInTurn(ctx context.Context, c command, g *guard) (*redis.Cmd, error, error) {
 	sent := time.Now()
 	cmd := n.send(ctx, c)
@@ -94,17 +95,25 @@ func (n node) sendInTurn(ctx context.Context, c command, g *guard) (*redis.Cmd, 
 		return cmd, nil, nil
 	}
 	comp := g.companions(ctx, g.markerFor(c.key))
-	value, err := n.Do(ctx, comp.get.Args()...).Text()
-	comp.get.SetVal(value)
-	comp.get.SetErr(err)
-	cached, err := n.Do(ctx, comp.exists.Args()...).BoolSlice()
-	comp.exists.SetVal(cached)
-	comp.exists.SetErr(err)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		value, err := n.Do(ctx, comp.get.Args()...).Text()
+		comp.get.SetVal(value)
+		comp.get.SetErr(err)
+	})
+	wg.Go(func() {
+		cached, err := n.Do(ctx, comp.exists.Args()...).BoolSlice()
+		comp.exists.SetVal(cached)
+		comp.exists.SetErr(err)
+	})
 	if comp.time != nil {
-		at, err := timeOf(n.Do(ctx, comp.time.Args()...))
-		comp.time.SetVal(at)
-		comp.time.SetErr(err)
+		wg.Go(func() {
+			at, err := timeOf(n.Do(ctx, comp.time.Args()...))
+			comp.time.SetVal(at)
+			comp.time.SetErr(err)
+		})
 	}
+	wg.Wait()
 	return cmd, nil, g.judge(ctx, n.Node, comp, sent, time.Now(), false)
 }
 
