@@ -1,0 +1,367 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2/server"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/clock"
+	"github.com/redlock/redlock/redlock"
+)
+
+// quarantined checks that err is a quarantine, reported as such and never
+// as contention, with a *QuorumError that names the cause.
+func quarantined(t *testing.T, err error, cause string) {
+	t.Helper()
+	require.ErrorIs(t, err, redlock.ErrNodeQuarantined)
+	require.NotErrorIs(t, err, redlock.ErrNotObtained, "a quarantine reported as contention")
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	require.Contains(t, err.Error(), cause)
+}
+
+const memoryCause = "more: its memory began less than MaxTTL ago"
+
+// The node guard's restart check on in-process servers. miniredis has no
+// INFO server, so to the guard a miniredis whose marker is missing began its
+// memory now (the safe reading of an unknown uptime).
+func TestNodeGuard(t *testing.T) {
+	ctx := t.Context()
+	fresh := func(t *testing.T, n int) *cluster {
+		c := newCluster(t, n)
+		for _, m := range c.servers {
+			m.Del("redlock:memory") // as a new server: no marker
+		}
+		return c
+	}
+
+	t.Run("a new node is quarantined until TrustNodes", func(t *testing.T) {
+		c := fresh(t, 3)
+		l := newLocker(t, c.nodes(nil), nil)
+		_, err := l.TryLock(ctx, "k", time.Second)
+		quarantined(t, err, memoryCause)
+		require.Contains(t, err.Error(), "node 0 (")
+		require.Contains(t, err.Error(), "quarantined for 1m0.6", "the whole MaxTTL is left, and the drift bound on top")
+		drain(t, l)
+		for i, m := range c.servers {
+			assert.Empty(t, lockKeys(m), "node %d: a grant that did not count is released", i)
+		}
+		for i, h := range l.Health() {
+			assert.Greater(t, h.QuarantineLeft, 59*time.Second, "node %d", i)
+			assert.Contains(t, h.QuarantineCause, "memory began", "node %d", i)
+		}
+
+		require.NoError(t, l.TrustNodes(ctx))
+		for i, h := range l.Health() {
+			assert.Zero(t, h.QuarantineLeft, "node %d after TrustNodes", i)
+		}
+		lease, err := l.TryLock(ctx, "k", time.Second)
+		require.NoError(t, err)
+		require.NoError(t, lease.Unlock(ctx))
+		other := newLocker(t, c.nodes(nil), nil)
+		lease, err = other.TryLock(ctx, "k", time.Second)
+		require.NoError(t, err, "TrustNodes lifts the quarantine for every Locker")
+		require.NoError(t, lease.Unlock(ctx))
+	})
+
+	t.Run("the quarantine ends MaxTTL after the memory began", func(t *testing.T) {
+		c := fresh(t, 1)
+		// This process's clock, stopped and moved by the test. The
+		// node's keeps time (moving it too would be a clock jump), and
+		// Warm loads the scripts, so that no NOSCRIPT (a new process,
+		// which the guard would examine afresh) falls on the attempts.
+		fake := clock.NewFake(time.Now())
+		advance := fake.Advance
+		l := newLocker(t, c.nodes(nil), &redlock.Options{MaxTTL: 10 * time.Second, Clock: fake})
+		require.NoError(t, l.Warm(ctx))
+		_, err := l.TryLock(ctx, "k", time.Second)
+		quarantined(t, err, memoryCause)
+		advance(9 * time.Second)
+		_, err = l.TryLock(ctx, "k", time.Second)
+		quarantined(t, err, "quarantined for 1.1") // 1 s, and the drift bound of 10 s
+		advance(1200 * time.Millisecond)
+		lease, err := l.TryLock(ctx, "k", time.Second)
+		require.NoError(t, err, "MaxTTL, and its drift bound, after the memory began")
+		require.NoError(t, lease.Unlock(ctx))
+	})
+
+	t.Run("FLUSHALL quarantines the node; the others carry the lock", func(t *testing.T) {
+		c := newCluster(t, 3)
+		l := newLocker(t, c.nodes(nil), nil)
+		lease, err := l.TryLock(ctx, "k", time.Second) // every node examined
+		require.NoError(t, err)
+		require.NoError(t, lease.Unlock(ctx))
+		c.servers[0].FlushAll()
+		lease, err = l.TryLock(ctx, "k", time.Second)
+		require.NoError(t, err, "two of three nodes")
+		require.Equal(t, 2, lease.Holders(), "the flushed node's grant does not count")
+		require.NoError(t, lease.Unlock(ctx))
+		drain(t, l) // the release on node 0, where the grant that did not count set the key
+		alone := newLocker(t, c.nodes(nil)[:1], nil)
+		_, err = alone.TryLock(ctx, "k", time.Second)
+		quarantined(t, err, memoryCause)
+	})
+
+	t.Run("NoQuarantine grants; a guarded Locker still refuses", func(t *testing.T) {
+		c := fresh(t, 3)
+		l := newLocker(t, c.nodes(nil), &redlock.Options{NoQuarantine: true})
+		lease, err := l.TryLock(ctx, "k", time.Second)
+		require.NoError(t, err)
+		require.NoError(t, lease.Unlock(ctx))
+		guarded := newLocker(t, c.nodes(nil), nil)
+		_, err = guarded.TryLock(ctx, "k", time.Second)
+		quarantined(t, err, memoryCause)
+	})
+
+	t.Run("a script cache emptied sends the guard to look again", func(t *testing.T) {
+		c := newCluster(t, 1)
+		var examined atomic.Int32
+		l := newLocker(t, c.nodes(func(_ int, n redlock.Node) redlock.Node {
+			return &examineCounter{Node: n, n: &examined}
+		}), &redlock.Options{Fencing: true})
+		cycle := func() {
+			t.Helper()
+			lease, err := l.TryLock(ctx, "k", time.Second)
+			require.NoError(t, err)
+			require.NoError(t, lease.Unlock(ctx))
+		}
+		cycle()
+		cycle()
+		require.EqualValues(t, 1, examined.Load(), "examined on first use only")
+
+		// The same process (its run_id unchanged): a SCRIPT FLUSH, not a
+		// restart. Examined, and still trusted.
+		require.NoError(t, c.clients[0].ScriptFlush(ctx).Err())
+		cycle()
+		require.EqualValues(t, 2, examined.Load(), "SCRIPT EXISTS said the cache is new")
+
+		// A marker another process wrote, on a node that cannot say it
+		// kept its memory (no AOF, no word on what it loaded): it is
+		// treated as restarted from a snapshot, its memory begun now.
+		require.NoError(t, c.servers[0].Set("redlock:memory", "0 0123456789abcdef"))
+		_, err := l.TryLock(ctx, "k", time.Second)
+		quarantined(t, err, memoryCause)
+		v, _ := c.servers[0].Get("redlock:memory")
+		require.True(t, strings.HasSuffix(v, " ?"), "the marker now names this run: %q", v)
+	})
+
+	t.Run("a TTL above MaxTTL never reaches a node", func(t *testing.T) {
+		c := newCluster(t, 3)
+		l := newLocker(t, c.nodes(nil), &redlock.Options{MaxTTL: time.Second})
+		_, err := l.TryLock(ctx, "k", 2*time.Second)
+		require.ErrorContains(t, err, "longer than Options.MaxTTL")
+		require.False(t, errors.Is(err, redlock.ErrNodeQuarantined))
+	})
+
+	t.Run("Warm examines the node", func(t *testing.T) {
+		c := newCluster(t, 1)
+		require.NoError(t, c.servers[0].Set("redlock:memory", "0 0123456789abcdef"))
+		l := newLocker(t, c.nodes(nil), nil)
+		require.NoError(t, l.Warm(ctx))
+		v, _ := c.servers[0].Get("redlock:memory")
+		require.True(t, strings.HasSuffix(v, " ?"), "Warm examined the node: %q", v)
+		require.Positive(t, l.Health()[0].QuarantineLeft)
+	})
+}
+
+// examineCounter counts the node guard's examinations that reach a node.
+type examineCounter struct {
+	redlock.Node
+	n *atomic.Int32
+}
+
+func (e *examineCounter) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	if keys[0] == "redlock:memory" {
+		e.n.Add(1)
+	}
+	return e.Node.EvalSha(ctx, sha, keys, args...)
+}
+
+// nodeClock is a node's clock for TIME (a miniredis pre-hook): it follows
+// this process's clock, and a test can make it jump or run fast. A jump
+// also expires the node's keys early by as much, as Redis would.
+type nodeClock struct {
+	*clock.Fake
+}
+
+func newNodeClock(c *cluster, i int) *nodeClock {
+	nc := &nodeClock{clock.NewFakeFollowing(clock.System{}, time.Now())}
+	nc.Resume()
+	c.servers[i].Server().SetPreHook(func(p *server.Peer, cmd string, _ ...string) bool {
+		if !strings.EqualFold(cmd, "time") {
+			return false
+		}
+		now := nc.Now()
+		p.WriteLen(2)
+		p.WriteBulk(strconv.FormatInt(now.Unix(), 10))
+		p.WriteBulk(strconv.FormatInt(int64(now.Nanosecond()/1000), 10))
+		return true
+	})
+	return nc
+}
+
+// sample makes l read every node's clock n times, some milliseconds apart.
+func sample(t *testing.T, l *redlock.Locker, n int) {
+	t.Helper()
+	for range n {
+		lease, err := l.TryLock(t.Context(), "sample", time.Second)
+		require.NoError(t, err)
+		require.NoError(t, lease.Unlock(t.Context()))
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// The double grant that a forward clock jump causes in every Redlock client,
+// and the guard that closes it. A holds on nodes 0-2 of five; node 2's clock
+// jumps forward and drops A's key; B would win on 2, 3 and 4. B's Locker,
+// which has read node 2's clock before, sees the jump in node 2's reply and
+// does not count its grant. The negative control, NoQuarantine, must see the
+// double grant.
+func TestClockJumpQuarantinesTheNode(t *testing.T) {
+	for _, guarded := range []bool{true, false} {
+		t.Run(map[bool]string{true: "guarded", false: "NoQuarantine"}[guarded], func(t *testing.T) {
+			ctx := t.Context()
+			c := newCluster(t, 5)
+			jumper := newNodeClock(c, 2)
+			a := newLocker(t, c.nodes(nil), nil)
+			b := newLocker(t, c.nodes(nil), &redlock.Options{NoQuarantine: !guarded})
+			sample(t, b, 10)
+
+			c.setOther(t, "k", 3, 4)
+			lease, err := a.TryLock(ctx, "k", 10*time.Second)
+			require.NoError(t, err)
+			drain(t, a)
+			require.Equal(t, []int{0, 1, 2}, c.holding("k", lease.Value()))
+			c.servers[3].Del("k") // the other holder's lease ended there
+			c.servers[4].Del("k")
+
+			jumper.Advance(30 * time.Second)
+			c.servers[2].FastForward(30 * time.Second) // A's key expires there early
+			require.Equal(t, []int{0, 1}, c.holding("k", lease.Value()))
+
+			second, err := b.TryLock(ctx, "k", 10*time.Second)
+			if !guarded {
+				require.NoError(t, err, "the negative control: without the guard B wins on nodes 2, 3 and 4")
+				require.Positive(t, lease.Validity(), "while A's lease is valid: a double grant")
+				require.NoError(t, second.Unlock(ctx))
+				return
+			}
+			quarantined(t, err, "its clock jumped forward by")
+			require.Positive(t, lease.Validity())
+			h := b.Health()[2]
+			assert.Equal(t, 1, h.ClockJumps)
+			assert.Greater(t, h.QuarantineLeft, 59*time.Second)
+			assert.Contains(t, h.QuarantineCause, "clock jumped forward")
+			for i, h := range b.Health() {
+				if i != 2 {
+					assert.Zero(t, h.ClockJumps, "node %d", i)
+					assert.Zero(t, h.QuarantineLeft, "node %d", i)
+				}
+			}
+			_ = lease.Unlock(ctx) // A's key is gone from node 2
+		})
+	}
+}
+
+// A node whose clock runs 5% fast (its keys expire 5% early) is measured, and
+// leases it grants get that much less validity; the other nodes' clocks, read
+// through a proxy that adds latency, and one node frozen for a while and
+// thawed, raise no alarm.
+func TestClockRateShrinksValidity(t *testing.T) {
+	ctx := t.Context()
+	c := newCluster(t, 3)
+	proxies, nodes := c.proxied(t)
+	fast := newNodeClock(c, 0)
+	fast.SetRate(1.05)
+	proxies[1].SetDelay(2*time.Millisecond, time.Millisecond)
+	l := newLocker(t, nodes, &redlock.Options{NodeTimeout: time.Second})
+	plain := newLocker(t, c.nodes(nil)[1:], &redlock.Options{NodeTimeout: time.Second}) // node 0 not among them
+
+	deadline := time.Now().Add(20 * time.Second)
+	for !l.Health()[0].ClockMeasured && time.Now().Before(deadline) {
+		sample(t, l, 10)
+		if l.Health()[0].ClockSamples > 200 {
+			proxies[2].SetBlackhole(true) // frozen for a while
+			time.Sleep(300 * time.Millisecond)
+			proxies[2].SetBlackhole(false)
+		}
+	}
+	h := l.Health()
+	require.True(t, h[0].ClockMeasured, "the fast node's rate is measured: %+v", h[0])
+	assert.InDelta(t, 50000, h[0].ClockRatePPM, 2000+h[0].ClockRateErrPPM)
+	for i, h := range h {
+		assert.Zero(t, h.ClockJumps, "node %d", i)
+		assert.Zero(t, h.QuarantineLeft, "node %d", i)
+		if i > 0 && h.ClockMeasured {
+			assert.Less(t, h.ClockRatePPM-h.ClockRateErrPPM, 10000.0, "node %d is within the bound", i)
+		}
+	}
+
+	ttl := 10 * time.Second
+	lease, err := l.TryLock(ctx, "k", ttl)
+	require.NoError(t, err)
+	validity := lease.Validity()
+	require.NoError(t, lease.Unlock(ctx))
+	drain(t, l)
+	control, err := plain.TryLock(ctx, "k", ttl)
+	require.NoError(t, err)
+	controlValidity := control.Validity()
+	require.NoError(t, control.Unlock(ctx))
+	// The drift bound allows 1%; node 0 runs 5% fast, so its keys may
+	// expire up to 4% (less the rate's error) of the TTL earlier still.
+	shrunk := controlValidity - validity
+	assert.Greater(t, shrunk, 250*time.Millisecond, "validity %v against %v", validity, controlValidity)
+	assert.Less(t, shrunk, 600*time.Millisecond, "validity %v against %v", validity, controlValidity)
+}
+
+// Healing: a Do lasting several TTLs over five nodes that forget the lease
+// one after another (FLUSHALL: the node guard quarantines each for MaxTTL)
+// keeps its lease, since each extension sets the key again where it is
+// missing once the node is out of quarantine. Without healing (NoHeal, the
+// negative control) the third node to forget leaves a bare minority, and the
+// lease is lost.
+func TestHealingExtensions(t *testing.T) {
+	for _, heal := range []bool{true, false} {
+		t.Run(map[bool]string{true: "healing", false: "NoHeal"}[heal], func(t *testing.T) {
+			c := newCluster(t, 5)
+			const ttl, maxTTL = 300 * time.Millisecond, 400 * time.Millisecond
+			l := newLocker(t, c.nodes(nil), &redlock.Options{MaxTTL: maxTTL, NoHeal: !heal, RetryDelay: 5 * time.Millisecond, RetryJitter: 5 * time.Millisecond})
+			var held []int // nodes holding the lease after each forgetting, once it healed
+			err := l.Do(t.Context(), "k", ttl, func(ctx context.Context, lease *redlock.Lease) error {
+				for i := range c.servers {
+					c.servers[i].FlushAll() // node i forgets the lease, and its marker
+					// Until node i is out of quarantine and healed (or,
+					// without healing, for as long), with time to spare.
+					deadline := time.Now().Add(maxTTL + 3*ttl)
+					for time.Now().Before(deadline) && ctx.Err() == nil {
+						if heal && len(c.holding("k", lease.Value())) == 5 && lease.Holders() == 5 {
+							break
+						}
+						time.Sleep(10 * time.Millisecond)
+					}
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					held = append(held, lease.Holders())
+				}
+				return nil
+			})
+			t.Logf("holders after each node forgot: %v", held)
+			if !heal {
+				require.ErrorIs(t, err, redlock.ErrLost, "the negative control: without healing the lease ends")
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, []int{5, 5, 5, 5, 5}, held)
+		})
+	}
+}
