@@ -1,10 +1,16 @@
 -- Locker.TrustNodes: the memory of this server process is whole. Marks
--- KEYS[1] (the node's memory marker, see guard.lua) as begun at 0 for this
--- run_id, so that the guard never refuses in this run; a new process that
--- loads it without AOF, or a flush that removes it, is caught again.
+-- KEYS[1] (the node's memory marker, see examine.lua) as begun at 0 for
+-- this run_id, so that the node guard never quarantines it in this run; a
+-- new process that loads it without AOF, or a flush that removes it, is
+-- caught again. A server that has no INFO (miniredis) is named "?"; an ACL
+-- refusal of INFO is raised.
 local id = "?"
 local info = redis.pcall("INFO", "server")
-if type(info) == "string" then
+if type(info) == "table" and info.err then
+	if string.find(info.err, "NOPERM", 1, true) or string.find(info.err, "can't run", 1, true) or string.find(info.err, "ACL failure", 1, true) then
+		error(info)
+	end
+elseif type(info) == "string" then
 	id = string.match(info, "run_id:(%x+)") or "?"
 end
 redis.call("SET", KEYS[1], "0 " .. id)

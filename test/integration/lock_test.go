@@ -252,10 +252,15 @@ func TestCancelMidAcquireWithFrozenNodes(t *testing.T) {
 // appendfsync always (it does not).
 func TestNodeRestartWhileHeld(t *testing.T) {
 	t.Run("without persistence", func(t *testing.T) {
+		// Every Locker of a deployment must share one MaxTTL: it is both
+		// the longest lease and the quarantine. 10 s keeps the test short.
+		const maxTTL = 10 * time.Second
 		c := harness.Start(t, harness.Options{})
-		l := newLocker(t, c, &redlock.Options{NodeTimeout: time.Second})
+		// NoHeal: the failure model of a lease whose nodes forget it (with
+		// healing, its extensions would set the key again: TestRollingRestartHeals).
+		l := newLocker(t, c, &redlock.Options{NodeTimeout: time.Second, MaxTTL: maxTTL, NoHeal: true})
 		ctx := t.Context()
-		lease, err := l.TryLock(ctx, "it:restart", 30*time.Second)
+		lease, err := l.TryLock(ctx, "it:restart", maxTTL)
 		require.NoError(t, err)
 		drain(t, l)
 
@@ -263,20 +268,39 @@ func TestNodeRestartWhileHeld(t *testing.T) {
 		require.NoError(t, c.Nodes[0].Restart(ctx))
 		assert.Zero(t, c.Nodes[0].Admin.Exists(ctx, "it:restart").Val(), "the restarted node forgot the key")
 		assert.NoError(t, lease.Check(ctx))
-		assert.NoError(t, lease.Extend(ctx, 30*time.Second))
+		assert.NoError(t, lease.Extend(ctx, maxTTL))
+		until := time.Now().Add(lease.Validity()) // the first lease's end, as its holder counts it
 
 		// Three restarted: only two hold it. Check and Extend report the loss.
 		require.NoError(t, c.Nodes[1].Restart(ctx))
 		require.NoError(t, c.Nodes[2].Restart(ctx))
 		assert.Positive(t, lease.Validity(), "the local clock still says valid")
 		assert.ErrorIs(t, lease.Check(ctx), redlock.ErrNotHeld)
-		other := newLocker(t, c, &redlock.Options{NodeTimeout: time.Second})
-		stolen, err := other.TryLock(ctx, "it:restart", 30*time.Second)
+
+		// The node guard keeps the three out of the quorum: no second holder.
+		guarded := untrustingLocker(t, c.Lockers(), &redlock.Options{NodeTimeout: time.Second, MaxTTL: maxTTL})
+		_, err = guarded.TryLock(ctx, "it:restart", maxTTL)
+		require.ErrorIs(t, err, redlock.ErrNodeQuarantined, "three forgetful restarts")
+		drain(t, guarded)
+		// The negative control: without the guard, the second holder gets in.
+		unguarded := untrustingLocker(t, c.Lockers(), &redlock.Options{NodeTimeout: time.Second, MaxTTL: maxTTL, NoQuarantine: true})
+		stolen, err := unguarded.TryLock(ctx, "it:restart", maxTTL)
 		require.NoError(t, err, "the failure model: three forgetful restarts let a second holder in")
-		assert.ErrorIs(t, lease.Extend(ctx, 30*time.Second), redlock.ErrNotHeld)
-		assert.LessOrEqual(t, lease.Validity(), time.Duration(0))
-		assert.ErrorIs(t, lease.Unlock(ctx), redlock.ErrNotHeld)
+		assert.True(t, time.Now().Before(until), "a double grant: the first lease is still valid")
 		require.NoError(t, stolen.Unlock(ctx))
+
+		// Once the quarantine ends (MaxTTL after the restarts), the guarded
+		// Locker gets the lock, and by then the first lease has run out.
+		eventually(t, 3*maxTTL, "the quarantine ends", func() (bool, error) {
+			next, err := guarded.TryLock(ctx, "it:restart", maxTTL)
+			if err != nil {
+				return false, nil
+			}
+			assert.False(t, time.Now().Before(until), "the first lease was still valid when the quarantine ended")
+			return true, next.Unlock(ctx)
+		})
+		assert.ErrorIs(t, lease.Extend(ctx, maxTTL), redlock.ErrNotHeld)
+		assert.ErrorIs(t, lease.Unlock(ctx), redlock.ErrNotHeld)
 	})
 
 	t.Run("with persistence", func(t *testing.T) {

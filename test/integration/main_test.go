@@ -5,6 +5,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"os"
 	"testing"
 	"time"
@@ -39,8 +40,33 @@ func newLocker(t *testing.T, c *harness.Cluster, opts *redlock.Options) *redlock
 	return newLockerOn(t, c.Lockers(), opts)
 }
 
-// newLockerOn returns a Locker on nodes, drained when the test ends.
+// newLockerOn returns a Locker on nodes, drained when the test ends, after
+// declaring the nodes trusted (see TrustNodes).
 func newLockerOn(t *testing.T, nodes []redlock.Node, opts *redlock.Options) *redlock.Locker {
+	t.Helper()
+	l, err := redlock.New(nodes, withTransport(opts))
+	require.NoError(t, err)
+	// The suite's servers are new and hold no locks; the node guard's own
+	// tests restart or flush nodes after this. A user whose ACL does not
+	// allow it relies on a trusted Locker of the default user.
+	tctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := l.TrustNodes(tctx); err != nil && !errors.Is(err, redlock.ErrNoPermission) {
+		t.Fatalf("TrustNodes: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := l.Drain(ctx); err != nil {
+			t.Errorf("Drain: %v", err)
+		}
+	})
+	return l
+}
+
+// untrustingLocker is newLockerOn without TrustNodes: for tests of the node
+// guard, whose nodes restarted or were flushed after they were trusted.
+func untrustingLocker(t *testing.T, nodes []redlock.Node, opts *redlock.Options) *redlock.Locker {
 	t.Helper()
 	l, err := redlock.New(nodes, withTransport(opts))
 	require.NoError(t, err)

@@ -66,13 +66,15 @@ func TestTLSNodes(t *testing.T) {
 // and succeeds.
 func TestFirstLockOnTLSNodesBehindLatency(t *testing.T) {
 	c := harness.Start(t, harness.Options{Nodes: 3, TLS: true})
+	newLocker(t, c, nil) // trusts the new nodes, on clients of its own
 	for _, n := range c.Nodes {
 		n.SetLatency(20*time.Millisecond, 20*time.Millisecond)
 	}
 	for _, warm := range []bool{false, true} {
 		t.Run(map[bool]string{false: "cold", true: "warm"}[warm], func(t *testing.T) {
 			ctx := t.Context()
-			l := newLockerOn(t, c.ClientsAs(t, "", ""), &redlock.Options{NodeTimeout: 150 * time.Millisecond})
+			// Not newLockerOn: its TrustNodes would dial the clients.
+			l := untrustingLocker(t, c.ClientsAs(t, "", ""), &redlock.Options{NodeTimeout: 150 * time.Millisecond})
 			if warm {
 				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				defer cancel()
@@ -97,7 +99,7 @@ func TestFirstLockOnTLSNodesBehindLatency(t *testing.T) {
 // SCRIPT LOAD for Warm. aclDurability adds what Durability and
 // RequireDurable read.
 const (
-	aclRules      = "on >app-secret resetkeys ~lock:* ~{lock:* resetchannels -@all +set +get +del +pexpire +incr +evalsha +eval +script|load +ping"
+	aclRules      = "on >app-secret resetkeys ~lock:* ~{lock:* ~redlock:memory* resetchannels -@all +set +get +del +pexpire +incr +time +info +evalsha +eval +script|load +script|exists +ping"
 	aclDurability = "+config|get"
 )
 
@@ -160,6 +162,7 @@ func TestLeastPrivilegeACL(t *testing.T) {
 func TestACLMissingOnePermission(t *testing.T) {
 	ctx := t.Context()
 	c := harness.Start(t, harness.Options{Nodes: 3})
+	newLocker(t, c, nil) // trusts the new nodes as the default user: the users below may not
 	tryLock := func(l *redlock.Locker, key string) error {
 		_, err := l.TryLock(ctx, key, 10*time.Second)
 		return err
@@ -183,6 +186,15 @@ func TestACLMissingOnePermission(t *testing.T) {
 		{"+get", "get", true, tryLock, false},
 		{"+incr", "incr", true, tryLock, false},
 		{"~{lock:*", "{lock:", true, tryLock, false},
+		{"~redlock:memory*", "redlock:memory", false, tryLock, false},
+		{"+time", "time", false, tryLock, false},
+		{"+info", "info", false, func(l *redlock.Locker, key string) error {
+			for _, n := range c.Nodes {
+				require.NoError(t, n.FlushScripts(ctx))
+			}
+			return tryLock(l, key) // the node guard examines a node whose script cache is new
+		}, false},
+		{"+script|exists", "script exists", false, tryLock, false},
 		{"+pexpire", "pexpire", false, held(func(l *redlock.Lease) error { return l.Extend(ctx, 10*time.Second) }), true},
 		{"+del", "del", false, held(func(l *redlock.Lease) error { return l.Unlock(ctx) }), true},
 		{"+evalsha", "evalsha", false, held(func(l *redlock.Lease) error { return l.Check(ctx) }), true},
@@ -237,7 +249,7 @@ func TestCLIOnTLSNodesAsACLUser(t *testing.T) {
 	for _, n := range c.Nodes {
 		urls = append(urls, "rediss://app:app-secret@"+n.Addr)
 	}
-	run := exec.CommandContext(ctx, bin, "-nodes", strings.Join(urls, ","), "-tls-ca", c.Certs.CA(),
+	run := exec.CommandContext(ctx, bin, "-nodes", strings.Join(urls, ","), "-trust-nodes", "-tls-ca", c.Certs.CA(),
 		"-tls-cert", c.Certs.ClientCert(), "-tls-key", c.Certs.ClientKey(),
 		"-impl", "redlock", "-fencing", "-key-prefix", "lock:bench:", "-ops", "200", "-node-timeout", "1s", "-q")
 	out, err = run.CombinedOutput()
