@@ -27,6 +27,7 @@ func Example_idempotentPayment() {
 		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: srv.Addr()}))
 	}
 	locker, _ := redlock.New(nodes, &redlock.Options{Fencing: true, NodeTimeout: time.Second}) // in-process servers on a busy machine
+	_ = locker.TrustNodes(ctx)                                                                 // new servers: they hold no locks
 	db, _ := sql.Open("sqlite", "file:payments?mode=memory&cache=shared")
 	defer db.Close()
 	db.Exec(`CREATE TABLE payments (request_id TEXT PRIMARY KEY, amount INTEGER, fencing_token INTEGER)`)

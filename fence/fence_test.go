@@ -138,6 +138,7 @@ func TestPausedHolderIsFencedOff(t *testing.T) {
 	require.NoError(t, err)
 	b, err := redlock.New(nodes, &redlock.Options{Fencing: true, NodeTimeout: 5 * time.Second})
 	require.NoError(t, err)
+	require.NoError(t, b.TrustNodes(t.Context())) // new servers, no locks
 	storage := miniredis.RunT(t)
 	sc := redis.NewClient(&redis.Options{Addr: storage.Addr()})
 	t.Cleanup(func() { sc.Close() })
