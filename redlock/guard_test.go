@@ -365,3 +365,33 @@ func TestHealingExtensions(t *testing.T) {
 		})
 	}
 }
+
+// A healing extension that reaches a node late must not set the key again
+// after the lease's release: without a pipeline, the release (and the next
+// extension) on a node waits for the last extension's call there. Node 0's
+// extension is held up; the lease is released at once.
+func TestLateHealingExtensionDoesNotOutliveTheRelease(t *testing.T) {
+	c := newCluster(t, 3)
+	var slow atomic.Bool
+	l := newLocker(t, c.nodes(func(i int, n redlock.Node) redlock.Node {
+		if i != 0 {
+			return n
+		}
+		return &hookNode{Node: n, beforeScript: func(_ context.Context, _ []string, args []any) error {
+			if len(args) == 3 && slow.Load() { // the extension: value, ms, heal
+				time.Sleep(300 * time.Millisecond)
+			}
+			return nil
+		}}
+	}), nil)
+	ctx := t.Context()
+	lease, err := l.TryLock(ctx, "k", 10*time.Second)
+	require.NoError(t, err)
+	drain(t, l)
+	c.servers[0].Del("k") // node 0 forgot it: the extension heals it there, late
+	slow.Store(true)
+	require.NoError(t, lease.Extend(ctx, 10*time.Second), "nodes 1 and 2")
+	require.NoError(t, lease.Unlock(ctx))
+	drain(t, l)
+	assert.Empty(t, c.holding("k", lease.Value()), "a late extension set the key again after the release")
+}

@@ -13,11 +13,16 @@ import (
 // A Lease is one acquisition of a lock. It is safe for concurrent use;
 // Extend, Unlock and Check on one lease run one at a time.
 type Lease struct {
-	locker   *Locker
-	key      string
-	value    string
-	token    uint64
-	acquired *quorum.Round[Outcome] // the SETs, which every release must follow
+	locker *Locker
+	key    string
+	value  string
+	token  uint64
+	// acquired: the last round that may set the lease's key on a node
+	// (the acquisition's SETs, then each extension, which heals missing
+	// keys). Without a pipeline, each extension's call on a node, and the
+	// release, wait for that round's call on the node: a healing extension
+	// that landed after the release would set the key again. Under op.
+	acquired *quorum.Round[Outcome]
 	heldBy   *quorum.Round[Outcome] // the round that set the current validity (acquisition or last extension); under op
 
 	op sync.Mutex // serializes Extend, Unlock and Check
@@ -224,7 +229,8 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		heal = "0"
 	}
 	c := scriptCommand(extendScript, []string{l.key}, l.value, req.ms, heal).replicated().guardedBy()
-	round := lk.fanOut(ctx, fan{timeout: lk.opts.NodeTimeout}, c, readScript)
+	round := lk.fanOut(ctx, fan{after: l.acquired, timeout: lk.opts.NodeTimeout}, c, readScript)
+	l.acquired = round
 	tally := round.Decide(ctx, min(lk.opts.NodeTimeout, req.budget), granted)
 	until := start.Add(req.budget - lk.fastClocks(tally, req.granted))
 	if tally.Won && until.After(lk.opts.Clock.Now()) {
