@@ -408,13 +408,8 @@ func (n node) trust(ctx context.Context) error {
 // server does not say, as examine.lua reads it.
 func runID(ctx context.Context, c *redis.Client) string {
 	info, err := c.Info(ctx, "server").Result()
-	if err != nil {
-		return "?"
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
-			return v
-		}
+	if id := infoFields(info)["run_id"]; err == nil && id != "" {
+		return id
 	}
 	return "?"
 }

@@ -96,22 +96,24 @@ func (n node) health(ctx context.Context, now time.Time) NodeHealth {
 		h.Err = fmt.Errorf("INFO: %w", denied("INFO (Health reads server and replication)", err))
 		return h
 	}
+	f := infoFields(info)
+	h.Version, h.Role = f["redis_version"], f["role"]
+	if v := f["valkey_version"]; v != "" {
+		h.Version = "valkey " + v
+	}
+	h.Replicas, _ = strconv.Atoi(f["connected_slaves"])
+	return h
+}
+
+// infoFields returns the "name:value" lines of an INFO reply.
+func infoFields(info string) map[string]string {
+	fields := map[string]string{}
 	for _, line := range strings.Split(info, "\n") {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-		switch {
-		case !ok:
-		case k == "redis_version" && h.Version == "", k == "valkey_version":
-			h.Version = v
-			if k == "valkey_version" {
-				h.Version = "valkey " + v
-			}
-		case k == "role":
-			h.Role = v
-		case k == "connected_slaves":
-			h.Replicas, _ = strconv.Atoi(v)
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			fields[k] = v
 		}
 	}
-	return h
+	return fields
 }
 
 // current is the guard's verdict now, over every marker it examined: the

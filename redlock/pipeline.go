@@ -110,8 +110,7 @@ type job struct {
 	// vote counts; verdict is that verdict, set before delivery.
 	guarded bool
 	verdict error
-	stats   *nodeStats    // the node's record, for Health; nil: none kept
-	took    time.Duration // the batch's round trip
+	stats   *nodeStats    // the node's record of failures, for Health; nil: none kept
 	rerun   bool          // sent again after NOSCRIPT, in a pipeline of its own
 	timeout time.Duration // the batch carrying it may take this long
 	src     string        // a script's source, resent with EVAL after NOSCRIPT; "" for other commands
@@ -130,8 +129,8 @@ func (j *job) deliver() {
 	o, err := j.read(j.node, j.cmd)
 	o, err = replicatedVote(o, err, j.notReplicated)
 	o, err = guardedVote(o, err, j.verdict)
-	if j.stats != nil {
-		j.stats.record(time.Now(), j.took, err != nil)
+	if j.stats != nil && err != nil {
+		j.stats.record(time.Now(), 0, true)
 	}
 	settle(j.round, j.calls, j.node, o, err)
 }
@@ -404,8 +403,8 @@ func (p *pipeline) exec(batch []job) {
 			}
 		}
 	}
-	for i := range batch {
-		batch[i].took = received.Sub(sent)
+	if batch[0].stats != nil { // one round trip for the whole batch
+		batch[0].stats.record(received, received.Sub(sent), false)
 	}
 	if guarded {
 		// After any rerun: a NOSCRIPT means a new server process, so the
