@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -117,6 +118,13 @@ type guard struct {
 	clock   *drift.Estimator // nil: not measured (a Redis Cluster node)
 	cluster bool
 
+	// dials counts the client's dials (nil: a cluster node or a wrapper,
+	// whose every guarded batch carries SCRIPT EXISTS). vouched is one more
+	// than the dial count up to which every connection leads to a server
+	// process that was examined, or a dead one (see dials.go).
+	dials   *dialWatch
+	vouched atomic.Uint64
+
 	mu       sync.Mutex
 	memory   map[string]memoryState // by marker key
 	jumpEnd  time.Time              // a jump's quarantine ends (zero: none)
@@ -129,8 +137,8 @@ type memoryState struct {
 	clearAt time.Time // the memory has been whole for MaxTTL from then on
 }
 
-func newGuard(o *Options, cluster bool) *guard {
-	g := &guard{maxTTL: o.MaxTTL, bound: o.bound(), now: o.Clock, cluster: cluster, memory: map[string]memoryState{}}
+func newGuard(o *Options, cluster bool, dials *dialWatch) *guard {
+	g := &guard{maxTTL: o.MaxTTL, bound: o.bound(), now: o.Clock, cluster: cluster, dials: dials, memory: map[string]memoryState{}}
 	if !cluster {
 		g.clock = drift.NewEstimator(g.bound)
 	}
@@ -150,8 +158,9 @@ func (g *guard) markerFor(key string) string {
 type companions struct {
 	marker string
 	get    *redis.StringCmd
-	exists *redis.BoolSliceCmd
-	time   *redis.TimeCmd // nil: the node's clock is not measured
+	exists *redis.BoolSliceCmd // nil: no dial since the last check (see dials.go)
+	time   *redis.TimeCmd      // nil: the node's clock is not measured
+	dials  uint64              // the client's dial count before the send
 }
 
 // The companions' arguments, which every call shares (nothing writes them).
@@ -166,7 +175,13 @@ func (g *guard) companions(ctx context.Context, marker string) companions {
 	if marker != markerKey {
 		get = []any{"get", marker}
 	}
-	c := companions{marker: marker, get: redis.NewStringCmd(ctx, get...), exists: redis.NewBoolSliceCmd(ctx, existsArgs...)}
+	c := companions{marker: marker, get: redis.NewStringCmd(ctx, get...)}
+	if g.dials != nil {
+		c.dials = g.dials.count()
+	}
+	if g.dials == nil || g.vouched.Load() <= c.dials {
+		c.exists = redis.NewBoolSliceCmd(ctx, existsArgs...)
+	}
 	if g.clock != nil {
 		c.time = redis.NewTimeCmd(ctx, timeArgs...)
 	}
@@ -176,7 +191,9 @@ func (g *guard) companions(ctx context.Context, marker string) companions {
 // queue adds the companions to pipe.
 func (c *companions) queue(ctx context.Context, pipe redis.Pipeliner) {
 	_ = pipe.Process(ctx, c.get)
-	_ = pipe.Process(ctx, c.exists)
+	if c.exists != nil {
+		_ = pipe.Process(ctx, c.exists)
+	}
 	if c.time != nil {
 		_ = pipe.Process(ctx, c.time)
 	}
@@ -212,14 +229,23 @@ func (g *guard) judge(ctx context.Context, ex redis.Scripter, c companions, sent
 	case value != state.marker:
 		known = false
 	}
-	cached, err := c.exists.Result()
-	switch {
-	case deniedByACL(err):
-		return denied("SCRIPT EXISTS (the guard's check for a new server process)", err)
-	case err != nil:
-		return fmt.Errorf("redlock: SCRIPT EXISTS (the guard's check for a new server process): %w", err)
-	case len(cached) != 1 || !cached[0]:
-		known = false
+	if c.exists == nil {
+		// No SCRIPT EXISTS: the connections dialed before the send are
+		// vouched for. A dial since may have carried this batch to a new
+		// process, which an examination settles.
+		suspect = suspect || g.dials.count() != c.dials
+	} else {
+		cached, err := c.exists.Result()
+		switch {
+		case deniedByACL(err):
+			return denied("SCRIPT EXISTS (the guard's check for a new server process)", err)
+		case err != nil:
+			return fmt.Errorf("redlock: SCRIPT EXISTS (the guard's check for a new server process): %w", err)
+		case len(cached) != 1 || !cached[0]:
+			known = false
+		default:
+			g.vouch(c.dials)
+		}
 	}
 	if !known || suspect {
 		if state, err = g.examine(ctx, ex, c.marker); err != nil {
@@ -251,6 +277,10 @@ func (g *guard) verdictAt(state memoryState, now time.Time) error {
 // examine runs examine.lua on the node through ex and records what it
 // found: when the node's memory began, in this process's time.
 func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (memoryState, error) {
+	var dials uint64
+	if g.dials != nil {
+		dials = g.dials.count()
+	}
 	res, err := examineScript.Run(ctx, ex, []string{marker}).Slice()
 	if err != nil {
 		return memoryState{}, fmt.Errorf("redlock: the guard's examine script (it calls %s on %s): %w", examineScript.calls, marker, denied("the guard's examine script", err))
@@ -272,7 +302,23 @@ func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (
 	g.mu.Lock()
 	g.memory[marker] = state
 	g.mu.Unlock()
+	g.vouch(dials)
 	return state, nil
+}
+
+// vouch records that the server process behind the connections dialed up
+// to count dials was examined (the examine script is in its cache), or has
+// died (see dials.go).
+func (g *guard) vouch(dials uint64) {
+	if g.dials == nil {
+		return
+	}
+	for {
+		v := g.vouched.Load()
+		if v > dials || g.vouched.CompareAndSwap(v, dials+1) {
+			return
+		}
+	}
 }
 
 // parseExamined reads examine.lua's reply {marker, seconds, microseconds}.

@@ -395,3 +395,71 @@ func TestLateHealingExtensionDoesNotOutliveTheRelease(t *testing.T) {
 	drain(t, l)
 	assert.Empty(t, c.holding("k", lease.Value()), "a late extension set the key again after the release")
 }
+
+// The guard's check for a new server process (SCRIPT EXISTS of its examine
+// script) rides only on batches after the node's client dialed: a process's
+// connections die with it, so only a new connection can lead to a new
+// process (dials.go). A restart that kept the memory (miniredis keeps it, as
+// an RDB snapshot or AOF would) with an empty script cache is seen on the
+// first batch after the reconnect. The control: the same emptied cache
+// without a reconnect (a SCRIPT FLUSH, which loses no keys) is not looked
+// at, so it is the dial that sends the guard to look.
+func TestGuardChecksForANewProcessOnNewConnections(t *testing.T) {
+	for _, tr := range []struct {
+		name   string
+		noPipe bool
+	}{{"auto-pipeline", false}, {"direct", true}} {
+		t.Run(tr.name, func(t *testing.T) {
+			ctx := t.Context()
+			c := newCluster(t, 3)
+			m := c.servers[0]
+			var exists, examines atomic.Int32
+			count := func() {
+				m.Server().SetPreHook(func(_ *server.Peer, cmd string, args ...string) bool {
+					switch {
+					case strings.EqualFold(cmd, "script") && len(args) > 0 && strings.EqualFold(args[0], "exists"):
+						exists.Add(1)
+					case (strings.EqualFold(cmd, "evalsha") || strings.EqualFold(cmd, "eval")) && len(args) > 2 && args[2] == "redlock:memory":
+						examines.Add(1)
+					}
+					return false
+				})
+			}
+			count()
+			l := newLocker(t, c.nodes(nil), &redlock.Options{NoAutoPipeline: tr.noPipe})
+			cycles := func(n int) {
+				t.Helper()
+				for range n {
+					lease, err := l.TryLock(ctx, "k", time.Second)
+					require.NoError(t, err)
+					require.NoError(t, lease.Unlock(ctx))
+					drain(t, l) // each release in a batch of its own
+				}
+			}
+			cycles(5) // first contact: examined; the connections dialed
+			exists.Store(0)
+			examines.Store(0)
+			cycles(20)
+			require.Zero(t, exists.Load(), "SCRIPT EXISTS though the client dialed nothing since the last check")
+			require.Zero(t, examines.Load())
+
+			other := newClient(t, m.Addr()) // not the node's client: its dials do not count
+			require.NoError(t, other.ScriptFlush(ctx).Err())
+			cycles(5)
+			require.Zero(t, exists.Load(), "the same connections lead to the same process")
+			require.Zero(t, examines.Load())
+
+			m.Close()
+			require.NoError(t, m.Restart())
+			count()
+			require.NoError(t, other.ScriptFlush(ctx).Err()) // a new process: its cache is empty
+			cycles(5)
+			require.Positive(t, exists.Load(), "SCRIPT EXISTS on the new connections")
+			require.Positive(t, examines.Load(), "the new process's empty cache sends the guard to examine the node")
+			exists.Store(0)
+			examines.Store(0)
+			cycles(5)
+			require.Zero(t, examines.Load(), "examined once")
+		})
+	}
+}
