@@ -39,10 +39,13 @@ import (
 // Such a node's vote fails with ErrNodeQuarantined, never contention.
 //
 // Cost: the commands that need the guard (acquisitions, extensions, checks)
-// travel with three companions in the same pipeline, behind them on the same
-// connection: GET of the marker, SCRIPT EXISTS of the examine script, and
-// TIME. The auto-pipeline sends one set per batch, however many commands
-// the batch carries. The decision is the client's: the lock commands stay
+// travel with companions in the same pipeline, behind them on the same
+// connection: GET of the marker and TIME, and SCRIPT EXISTS of the examine
+// script when the node's client has dialed a connection since the guard
+// last checked (a new server process can only be reached through a new
+// connection: see dials.go; cluster nodes and wrappers send it every time).
+// The auto-pipeline sends one set per batch, however many commands the
+// batch carries. The decision is the client's: the lock commands stay
 // plain SET NX and the short scripts, and no Lua runs in the steady state
 // (Lua costs a node several times what a SET does). The client examines a
 // node (examine.lua: INFO, then the marker is written where it is missing)
@@ -50,7 +53,9 @@ import (
 // (a restart without persistence, a flush, an eviction, a first use) or
 // differs from the one it examined last, or the examine script is no longer
 // cached on the node (a new server process, which may have loaded an old
-// snapshot; a SCRIPT FLUSH), or this Locker has not examined the node yet.
+// snapshot), or a batch may have reached the node on a connection dialed
+// since the last check without SCRIPT EXISTS, or this Locker has not
+// examined the node yet.
 //
 // Order matters: the companions follow the guarded commands on one
 // connection, so a marker read intact after a SET proves that the memory
