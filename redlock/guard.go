@@ -243,9 +243,9 @@ func (g *guard) judge(ctx context.Context, ex redis.Scripter, c companions, sent
 		cached, err := c.exists.Result()
 		switch {
 		case deniedByACL(err):
-			return denied("SCRIPT EXISTS (the guard's check for a new server process)", err)
+			return denied(existsWhat, err)
 		case err != nil:
-			return fmt.Errorf("redlock: SCRIPT EXISTS (the guard's check for a new server process): %w", err)
+			return fmt.Errorf("redlock: %s: %w", existsWhat, err)
 		case len(cached) != 1 || !cached[0]:
 			known = false
 		default:
@@ -284,7 +284,13 @@ func (g *guard) verdictAt(state memoryState, now time.Time) error {
 func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (memoryState, error) {
 	var dials uint64
 	if g.dials != nil {
+		// Batches leave SCRIPT EXISTS out once the node is vouched for, so
+		// a user whose ACL lacks it would first hear of it after a
+		// reconnect: ask here, where every Locker begins.
 		dials = g.dials.count()
+		if err := ex.ScriptExists(ctx, examineScript.Hash()).Err(); err != nil {
+			return memoryState{}, fmt.Errorf("redlock: %s: %w", existsWhat, denied(existsWhat, err))
+		}
 	}
 	res, err := examineScript.Run(ctx, ex, []string{marker}).Slice()
 	if err != nil {
@@ -354,6 +360,9 @@ func (g *guard) observe(cmd *redis.TimeCmd, sent, received time.Time) error {
 	}
 	return nil
 }
+
+// existsWhat names SCRIPT EXISTS in errors.
+const existsWhat = "SCRIPT EXISTS (the guard's check for a new server process)"
 
 // guardedVote is a node's vote on a guarded command: a grant fails when the
 // guard's verdict is not nil (a quarantine, or an error that kept the guard
