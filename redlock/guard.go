@@ -242,10 +242,8 @@ func (g *guard) judge(ctx context.Context, ex redis.Scripter, c companions, sent
 	} else {
 		cached, err := c.exists.Result()
 		switch {
-		case deniedByACL(err):
-			return denied(existsWhat, err)
 		case err != nil:
-			return fmt.Errorf("redlock: %s: %w", existsWhat, err)
+			return existsError(err)
 		case len(cached) != 1 || !cached[0]:
 			known = false
 		default:
@@ -283,16 +281,22 @@ func (g *guard) verdictAt(state memoryState, now time.Time) error {
 // found: when the node's memory began, in this process's time.
 func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (memoryState, error) {
 	var dials uint64
+	run := examineScript.Run // EVALSHA, then EVAL after NOSCRIPT
 	if g.dials != nil {
 		// Batches leave SCRIPT EXISTS out once the node is vouched for, so
 		// a user whose ACL lacks it would first hear of it after a
-		// reconnect: ask here, where every Locker begins.
+		// reconnect: ask here, where every Locker begins. Its answer also
+		// spares the EVALSHA that NOSCRIPT would refuse.
 		dials = g.dials.count()
-		if err := ex.ScriptExists(ctx, examineScript.Hash()).Err(); err != nil {
-			return memoryState{}, fmt.Errorf("redlock: %s: %w", existsWhat, denied(existsWhat, err))
+		cached, err := ex.ScriptExists(ctx, examineScript.Hash()).Result()
+		if err != nil {
+			return memoryState{}, existsError(err)
+		}
+		if len(cached) == 1 && !cached[0] {
+			run = examineScript.Eval
 		}
 	}
-	res, err := examineScript.Run(ctx, ex, []string{marker}).Slice()
+	res, err := run(ctx, ex, []string{marker}).Slice()
 	if err != nil {
 		return memoryState{}, fmt.Errorf("redlock: the guard's examine script (it calls %s on %s): %w", examineScript.calls, marker, denied("the guard's examine script", err))
 	}
@@ -361,8 +365,15 @@ func (g *guard) observe(cmd *redis.TimeCmd, sent, received time.Time) error {
 	return nil
 }
 
-// existsWhat names SCRIPT EXISTS in errors.
-const existsWhat = "SCRIPT EXISTS (the guard's check for a new server process)"
+// existsError is the error of a failed SCRIPT EXISTS of the guard's: a
+// named ErrNoPermission when the ACL refused it.
+func existsError(err error) error {
+	const what = "SCRIPT EXISTS (the guard's check for a new server process)"
+	if deniedByACL(err) {
+		return denied(what, err)
+	}
+	return fmt.Errorf("redlock: %s: %w", what, err)
+}
 
 // guardedVote is a node's vote on a guarded command: a grant fails when the
 // guard's verdict is not nil (a quarantine, or an error that kept the guard
