@@ -13,9 +13,15 @@ import (
 // node replied. The node read its clock somewhere between Sent and
 // Received, and nothing tells where, so every bound below allows the whole
 // round trip, in either direction.
+//
+// Resolution is how far Node may be from the node's clock, either way, for
+// a reading coarser than TIME's microsecond: a clock read in milliseconds
+// (a key's absolute expiry minus its PTTL) has a Resolution of a
+// millisecond. Every bound below widens by it.
 type Reading struct {
 	Sent, Received time.Time
 	Node           time.Time
+	Resolution     time.Duration
 }
 
 // A Jump is a step of a node's clock that neither its measured rate nor the
@@ -76,6 +82,7 @@ type point struct {
 	recv       time.Time
 	node       time.Time
 	sent       time.Time
+	res        time.Duration // the reading's Resolution
 }
 
 // rateFit is the window's least-squares line y = a + b·x: b is the rate.
@@ -106,12 +113,7 @@ func (e *Estimator) Observe(r Reading) (Jump, bool) {
 	if e.total == 0 {
 		e.origin, e.wall = r.Received, r.Received.Round(0)
 	}
-	p := point{
-		x:    (r.Sent.Sub(e.origin) + r.Received.Sub(e.origin)).Seconds() / 2,
-		half: r.Received.Sub(r.Sent).Seconds() / 2,
-		recv: r.Received, node: r.Node, sent: r.Sent,
-	}
-	p.y = r.Node.Sub(e.wall).Seconds() - p.x // wall minus monotonic: only differences matter
+	p := e.point(r)
 	e.total++
 	var jump Jump
 	jumped := false
@@ -141,11 +143,42 @@ func (e *Estimator) Observe(r Reading) (Jump, bool) {
 	return jump, jumped
 }
 
+// Check reports the Jump that Observe would report for r now, without
+// recording r. A caller that derives Node from something that may change
+// under it (a key's absolute expiry, which a rewrite of the key moves) asks
+// first, and looks closer at a reading that does not fit instead of
+// counting it.
+func (e *Estimator) Check(r Reading) (Jump, bool) {
+	if r.Received.Before(r.Sent) {
+		return Jump{}, false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.total == 0 {
+		return Jump{}, false
+	}
+	return e.step(e.last, e.point(r))
+}
+
+// point reduces r to numbers relative to the Estimator's origin, which
+// must be set.
+func (e *Estimator) point(r Reading) point {
+	res := max(r.Resolution, 0)
+	p := point{
+		x:    (r.Sent.Sub(e.origin) + r.Received.Sub(e.origin)).Seconds() / 2,
+		half: r.Received.Sub(r.Sent).Seconds()/2 + res.Seconds(),
+		recv: r.Received, node: r.Node, sent: r.Sent, res: res,
+	}
+	p.y = r.Node.Sub(e.wall).Seconds() - p.x // wall minus monotonic: only differences matter
+	return p
+}
+
 // step reports whether the node's clock moved from prev to cur further than
 // allowed. The node read its clock at some instant of each round trip, so
 // the time that passed here between its two readings lies in
 // [cur.sent-prev.recv, cur.recv-prev.sent]; the node's clock may run at the
-// measured rate, plus or minus the Bound over that time.
+// measured rate, plus or minus the Bound over that time; and each reading
+// may be off by its Resolution.
 func (e *Estimator) step(prev, cur point) (Jump, bool) {
 	shortest := cur.sent.Sub(prev.recv)
 	longest := cur.recv.Sub(prev.sent)
@@ -154,7 +187,7 @@ func (e *Estimator) step(prev, cur point) (Jump, bool) {
 	if e.rate.ok {
 		rate = e.rate.b
 	}
-	allowance := e.bound.Of(max(longest, -shortest, 0))
+	allowance := e.bound.Of(max(longest, -shortest, 0)) + prev.res + cur.res
 	lo := scale(shortest, rate) - allowance
 	hi := scale(longest, rate) + allowance
 	switch {

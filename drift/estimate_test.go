@@ -245,3 +245,70 @@ func TestEstimatorObserveAllocatesNothing(t *testing.T) {
 		t.Fatalf("Observe allocates %v times per reading", allocs)
 	}
 }
+
+// millis truncates r's Node to the millisecond, as a clock read from a key's
+// absolute expiry minus its PTTL is, and says so in its Resolution when res.
+func millis(r drift.Reading, res bool) drift.Reading {
+	r.Node = r.Node.Truncate(time.Millisecond)
+	if res {
+		r.Resolution = time.Millisecond
+	}
+	return r
+}
+
+// A clock read in whole milliseconds, said to be so, raises no alarm and
+// still shows its rate and its steps. The negative control: the same
+// readings under a bound with no fixed part, not said to be coarse, show
+// the truncation as jumps.
+func TestEstimatorMillisecondReadings(t *testing.T) {
+	tight := drift.Bound{Factor: 0.01}
+	for _, declared := range []bool{true, false} {
+		n := &node{wall: time.Unix(1e9, 0).Add(321 * time.Microsecond), rate: 0.05}
+		s := newSampler(n, 3*time.Millisecond, 100*time.Microsecond, 300*time.Microsecond)
+		e := drift.NewEstimator(tight)
+		jumps := 0
+		for range 3000 {
+			if _, ok := e.Observe(millis(s.next(), declared)); ok {
+				jumps++
+			}
+		}
+		if !declared {
+			if jumps == 0 {
+				t.Fatal("the negative control: truncated readings not declared coarse raised no alarm")
+			}
+			continue
+		}
+		if jumps > 0 {
+			t.Fatalf("%d jumps from millisecond readings of a steady clock", jumps)
+		}
+		if ppm, errPPM, ok := e.Rate(); !ok || math.Abs(ppm-50000) > errPPM {
+			t.Errorf("rate %.0f ± %.0f ppm (ok %v), want 50000", ppm, errPPM, ok)
+		}
+		n.steps += 10 * time.Millisecond
+		if j, ok := e.Observe(millis(s.next(), true)); !ok || j.Size <= 0 || j.Size > 10*time.Millisecond {
+			t.Errorf("a 10 ms forward step read in milliseconds: %+v, %v", j, ok)
+		}
+	}
+}
+
+// Check tells what Observe would, and records nothing: a reading that
+// does not fit leaves the Estimator as it was.
+func TestEstimatorCheck(t *testing.T) {
+	n, s, e := steady()
+	if _, ok := e.Check(s.next()); ok {
+		t.Fatal("a steady reading does not fit")
+	}
+	before := e.Readings()
+	n.steps += time.Hour
+	off := s.next()
+	j, ok := e.Check(off)
+	if !ok || j.Size < 59*time.Minute {
+		t.Fatalf("Check of an hour's step: %+v, %v", j, ok)
+	}
+	if e.Readings() != before || e.Jumps() != 0 {
+		t.Fatalf("Check recorded: %d readings (had %d), %d jumps", e.Readings(), before, e.Jumps())
+	}
+	if got, ok := e.Observe(off); !ok || got != j {
+		t.Fatalf("Observe of the reading Check refused: %+v, %v; Check said %+v", got, ok, j)
+	}
+}
