@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -99,12 +100,29 @@ const (
 var (
 	//go:embed scripts/examine.lua
 	examineLua    string
-	examineScript = newScript("guard's examine", "TIME, GET, SET, INFO", examineLua)
+	examineScript = newScript("guard's examine", "TIME, GET, SET, INFO, PEXPIRETIME, PTTL", examineLua)
 
 	//go:embed scripts/trust.lua
 	trustLua    string
 	trustScript = newScript("trust", "SET, INFO", trustLua)
 )
+
+// markerExpiry returns a new absolute expiry for a standalone node's marker,
+// in Unix milliseconds: a random instant 100 to 200 years ahead. Random, so
+// that no two writes of the marker share one and the expiry names the
+// marker; that far ahead, so that it never expires in earnest (a clock that
+// leaps a century ahead loses it, and the guard sees a missing marker).
+func markerExpiry() int64 {
+	const century = 100 * 365 * 24 * time.Hour
+	return time.Now().Add(century + rand.N(century)).UnixMilli()
+}
+
+// expiryAgreement is how closely a node's key expiry must follow its TIME
+// for the guard to read the node's clock through the marker's PTTL: within
+// one script, with PTTL in whole milliseconds. A server whose
+// TTLs do not run by its clock (miniredis without ClockTTL) disagrees by
+// more as soon as its marker ages, and is read by TIME.
+const expiryAgreement = 5 * time.Millisecond
 
 // markerKey is the guard's marker on every node but a Redis Cluster.
 const markerKey = "redlock:memory"
@@ -130,6 +148,15 @@ type guard struct {
 	dials   *dialWatch
 	vouched atomic.Uint64
 
+	// expiry is the absolute expiry (Unix ms) of the marker of a standalone
+	// node, as last examined, when the node's key expiry follows its TIME:
+	// then one companion, PTTL of the marker, tells at once that the marker
+	// is there, that it is the one examined (a rewrite moves the expiry),
+	// and the node's clock (the expiry minus the PTTL). 0: GET the marker
+	// and read TIME instead (a cluster node, a server without PEXPIRETIME,
+	// or one whose TTLs do not follow its clock).
+	expiry atomic.Int64
+
 	mu       sync.Mutex
 	memory   map[string]memoryState // by marker key
 	jumpEnd  time.Time              // a jump's quarantine ends (zero: none)
@@ -139,6 +166,7 @@ type guard struct {
 // memoryState is what the last examination of one marker found.
 type memoryState struct {
 	marker  string    // the marker's value
+	expiry  int64     // its absolute expiry read by PTTL (see guard.expiry); 0: none
 	clearAt time.Time // the memory has been whole for MaxTTL from then on
 }
 
@@ -159,34 +187,43 @@ func (g *guard) markerFor(key string) string {
 }
 
 // companions are the guard's commands that follow guarded commands in one
-// pipeline.
+// pipeline: PTTL of the marker (pttl), or GET of the marker and TIME; and
+// SCRIPT EXISTS after a dial.
 type companions struct {
 	marker string
-	get    *redis.StringCmd
+	pttl   *redis.IntCmd       // nil: get (and time) instead
+	expiry int64               // the marker's absolute expiry pttl is read against
+	get    *redis.StringCmd    // nil: pttl instead
 	exists *redis.BoolSliceCmd // nil: no dial since the last check (see dials.go)
-	time   *redis.TimeCmd      // nil: the node's clock is not measured
+	time   *redis.TimeCmd      // nil: the clock is read by pttl, or not measured
 	dials  uint64              // the client's dial count before the send
 }
 
 // The companions' arguments, which every call shares (nothing writes them).
 var (
-	getMarkerArgs = []any{"get", markerKey}
-	existsArgs    = []any{"script", "exists", examineScript.Hash()}
-	timeArgs      = []any{"time"}
+	pttlMarkerArgs = []any{"pttl", markerKey}
+	getMarkerArgs  = []any{"get", markerKey}
+	existsArgs     = []any{"script", "exists", examineScript.Hash()}
+	timeArgs       = []any{"time"}
 )
 
 func (g *guard) companions(ctx context.Context, marker string) companions {
-	get := getMarkerArgs
-	if marker != markerKey {
-		get = []any{"get", marker}
-	}
-	c := companions{marker: marker, get: redis.NewStringCmd(ctx, get...)}
+	c := companions{marker: marker}
 	if g.dials != nil {
 		c.dials = g.dials.count()
 	}
 	if g.dials == nil || g.vouched.Load() <= c.dials {
 		c.exists = redis.NewBoolSliceCmd(ctx, existsArgs...)
 	}
+	if at := g.expiry.Load(); at > 0 && marker == markerKey {
+		c.pttl, c.expiry = redis.NewIntCmd(ctx, pttlMarkerArgs...), at
+		return c
+	}
+	get := getMarkerArgs
+	if marker != markerKey {
+		get = []any{"get", marker}
+	}
+	c.get = redis.NewStringCmd(ctx, get...)
 	if g.clock != nil {
 		c.time = redis.NewTimeCmd(ctx, timeArgs...)
 	}
@@ -195,7 +232,11 @@ func (g *guard) companions(ctx context.Context, marker string) companions {
 
 // queue adds the companions to pipe.
 func (c *companions) queue(ctx context.Context, pipe redis.Pipeliner) {
-	_ = pipe.Process(ctx, c.get)
+	if c.pttl != nil {
+		_ = pipe.Process(ctx, c.pttl)
+	} else {
+		_ = pipe.Process(ctx, c.get)
+	}
 	if c.exists != nil {
 		_ = pipe.Process(ctx, c.exists)
 	}
@@ -220,19 +261,27 @@ func (g *guard) judge(ctx context.Context, ex redis.Scripter, c companions, sent
 	state, known := g.memory[c.marker]
 	g.mu.Unlock()
 
-	value, err := c.get.Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		known = false // missing: a restart, a flush, an eviction
-	case deniedByACL(err):
-		return denied(fmt.Sprintf("GET of the guard's marker %q", c.marker), err)
-	case err != nil:
-		if _, _, redirected := redirection(err); !redirected {
-			return fmt.Errorf("redlock: GET of the guard's marker %q: %w", c.marker, err)
+	if c.pttl != nil {
+		same, err := g.readExpiry(c, sent, received)
+		if err != nil {
+			return err
 		}
-		known = false // a cluster slot migrating: examine through the ClusterClient
-	case value != state.marker:
-		known = false
+		known = known && same && state.expiry == c.expiry
+	} else {
+		value, err := c.get.Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			known = false // missing: a restart, a flush, an eviction
+		case deniedByACL(err):
+			return denied(fmt.Sprintf("GET of the guard's marker %q", c.marker), err)
+		case err != nil:
+			if _, _, redirected := redirection(err); !redirected {
+				return fmt.Errorf("redlock: GET of the guard's marker %q: %w", c.marker, err)
+			}
+			known = false // a cluster slot migrating: examine through the ClusterClient
+		case value != state.marker:
+			known = false
+		}
 	}
 	if c.exists == nil {
 		// No SCRIPT EXISTS: the connections dialed before the send are
@@ -251,11 +300,38 @@ func (g *guard) judge(ctx context.Context, ex redis.Scripter, c companions, sent
 		}
 	}
 	if !known || suspect {
+		var err error
 		if state, err = g.examine(ctx, ex, c.marker); err != nil {
 			return err
 		}
 	}
 	return g.verdict(state)
+}
+
+// readExpiry reads the marker's PTTL: whether the marker is the one
+// examined, and with it the node's clock, its absolute expiry minus the
+// PTTL. A missing marker (-2) or one without an expiry (-1) is not the one
+// examined. A clock reading that does not fit the node's clock so far is
+// not counted, and the marker is not taken for the one examined: a rewrite
+// of the marker moves its expiry by years, a jump of the node's clock moves
+// the reading as far as it jumped, and the examination that follows tells
+// which (its TIME is counted instead).
+func (g *guard) readExpiry(c companions, sent, received time.Time) (same bool, err error) {
+	left, err := c.pttl.Result()
+	switch {
+	case deniedByACL(err):
+		return false, denied(fmt.Sprintf("PTTL of the guard's marker %q", c.marker), err)
+	case err != nil:
+		return false, fmt.Errorf("redlock: PTTL of the guard's marker %q: %w", c.marker, err)
+	case left < 0:
+		return false, nil
+	}
+	r := drift.Reading{Sent: sent, Received: received, Node: time.UnixMilli(c.expiry - left), Resolution: time.Millisecond}
+	if _, off := g.clock.Check(r); off {
+		return false, nil
+	}
+	g.record(r)
+	return true, nil
 }
 
 // verdict is the quarantine that state and the last jump impose now, if any.
@@ -296,11 +372,13 @@ func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (
 			run = examineScript.Eval
 		}
 	}
-	res, err := run(ctx, ex, []string{marker}).Slice()
+	sent := time.Now()
+	res, err := run(ctx, ex, []string{marker}, markerExpiry()).Slice()
+	received := time.Now()
 	if err != nil {
 		return memoryState{}, fmt.Errorf("redlock: the guard's examine script (it calls %s on %s): %w", examineScript.calls, marker, denied("the guard's examine script", err))
 	}
-	value, nodeNow, err := parseExamined(res)
+	value, nodeNow, expiry, err := parseExamined(res)
 	if err != nil {
 		return memoryState{}, err
 	}
@@ -314,11 +392,40 @@ func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (
 		// the drift bound on top.
 		state.clearAt = g.now.Now().Add(left + g.bound.Of(left))
 	}
+	if g.clock != nil {
+		g.record(drift.Reading{Sent: sent, Received: received, Node: nodeNow})
+		if expiry.follows(nodeNow) {
+			state.expiry = expiry.at
+		}
+	}
 	g.mu.Lock()
 	g.memory[marker] = state
+	if g.clock != nil {
+		g.expiry.Store(state.expiry)
+	}
 	g.mu.Unlock()
 	g.vouch(dials)
 	return state, nil
+}
+
+// markerExpiryRead is the marker's absolute expiry and its PTTL, read in
+// one script (at is -1, no expiry, or -3, not to be read, where unknown),
+// and the node's TIME at the script's end.
+type markerExpiryRead struct {
+	at, pttl int64
+	end      time.Time
+}
+
+// follows reports whether the marker's expiry reads the node's clock: the
+// expiry minus the PTTL agrees with the node's TIME, read in the same
+// script from start to end (Redis reads a script's keys at the time it
+// began; miniredis, as it goes).
+func (e markerExpiryRead) follows(start time.Time) bool {
+	if e.at <= 0 || e.pttl < 0 {
+		return false
+	}
+	read := time.UnixMilli(e.at - e.pttl)
+	return !read.Before(start.Add(-expiryAgreement)) && !read.After(e.end.Add(expiryAgreement))
 }
 
 // vouch records that the server process behind the connections dialed up
@@ -336,33 +443,51 @@ func (g *guard) vouch(dials uint64) {
 	}
 }
 
-// parseExamined reads examine.lua's reply {marker, seconds, microseconds}.
-func parseExamined(res []any) (marker string, nodeNow time.Time, err error) {
-	if len(res) == 3 {
+// parseExamined reads examine.lua's reply {marker, seconds, microseconds,
+// expiry, pttl, seconds, microseconds}.
+func parseExamined(res []any) (marker string, nodeNow time.Time, expiry markerExpiryRead, err error) {
+	if len(res) == 7 {
 		marker, ok := res[0].(string)
-		sec, err1 := strconv.ParseInt(fmt.Sprint(res[1]), 10, 64)
-		usec, err2 := strconv.ParseInt(fmt.Sprint(res[2]), 10, 64)
-		if ok && marker != "" && err1 == nil && err2 == nil {
-			return marker, time.Unix(sec, usec*1000), nil
+		start, err1 := timeOfReply(res[1], res[2])
+		at, ok3 := res[3].(int64)
+		pttl, ok4 := res[4].(int64)
+		end, err2 := timeOfReply(res[5], res[6])
+		if ok && marker != "" && err1 == nil && err2 == nil && ok3 && ok4 {
+			return marker, start, markerExpiryRead{at: at, pttl: pttl, end: end}, nil
 		}
 	}
-	return "", time.Time{}, fmt.Errorf("redlock: unexpected reply from the guard's examine script: %v", res)
+	return "", time.Time{}, markerExpiryRead{}, fmt.Errorf("redlock: unexpected reply from the guard's examine script: %v", res)
 }
 
-// observe feeds a TIME reply to the clock estimator; a forward jump starts
-// a quarantine.
+// timeOfReply reads TIME's two fields, as a script passes them on.
+func timeOfReply(seconds, microseconds any) (time.Time, error) {
+	sec, err := strconv.ParseInt(fmt.Sprint(seconds), 10, 64)
+	if err != nil {
+		return time.Time{}, err
+	}
+	usec, err := strconv.ParseInt(fmt.Sprint(microseconds), 10, 64)
+	return time.Unix(sec, usec*1000), err
+}
+
+// observe feeds a TIME reply to the clock estimator.
 func (g *guard) observe(cmd *redis.TimeCmd, sent, received time.Time) error {
 	at, err := cmd.Result()
 	if err != nil {
 		return fmt.Errorf("redlock: TIME (the guard's clock reading): %w", denied("TIME", err))
 	}
-	jump, jumped := g.clock.Observe(drift.Reading{Sent: sent, Received: received, Node: at})
+	g.record(drift.Reading{Sent: sent, Received: received, Node: at})
+	return nil
+}
+
+// record feeds a reading of the node's clock to its estimator; a forward
+// jump starts a quarantine.
+func (g *guard) record(r drift.Reading) {
+	jump, jumped := g.clock.Observe(r)
 	if jumped && jump.Size > 0 {
 		g.mu.Lock()
 		g.jumpEnd, g.jumpSize = g.now.Now().Add(g.maxTTL+g.bound.Of(g.maxTTL)), jump.Size
 		g.mu.Unlock()
 	}
-	return nil
 }
 
 // existsError is the error of a failed SCRIPT EXISTS of the guard's: a
@@ -435,7 +560,7 @@ func (g *guard) forget(ctx context.Context, ex redis.Scripter) error {
 func (n node) trust(ctx context.Context) error {
 	cc, ok := n.Node.(*redis.ClusterClient)
 	if !ok {
-		return trustScript.Run(ctx, n.Node, []string{markerKey}).Err()
+		return trustScript.Run(ctx, n.Node, []string{markerKey}, markerExpiry()).Err()
 	}
 	// Every slot's marker, written on the master that serves it, with that
 	// master's run_id: plain SETs, in one pipeline per master (16,384

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -188,23 +189,63 @@ func (e *examineCounter) EvalSha(ctx context.Context, sha string, keys []string,
 
 // nodeClock is a node's clock for TIME (a miniredis pre-hook): it follows
 // this process's clock, and a test can make it jump or run fast. A jump
-// also expires the node's keys early by as much, as Redis would.
+// expires the node's keys early only where the test does so too
+// (FastForward), as Redis would.
+//
+// byExpiry makes the node look to the guard as a Redis server does: it says
+// its uptime (INFO server), and its keys' TTLs run by this process's clock
+// (ClockTTL), so that the guard reads its clock from its marker's expiry
+// (redlock.ClockByExpiry). Otherwise the node has no INFO and the guard
+// reads TIME (redlock.ClockByTime).
 type nodeClock struct {
 	*clock.Fake
+	mu   sync.Mutex
+	seen map[string]int // commands by name, lower case; examine: the guard's examine script
 }
 
-func newNodeClock(c *cluster, i int) *nodeClock {
-	nc := &nodeClock{clock.NewFakeFollowing(clock.System{}, time.Now())}
+// count returns how many name commands the node saw since the last reset.
+func (nc *nodeClock) count(name string) int {
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	return nc.seen[name]
+}
+
+func (nc *nodeClock) reset() {
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	clear(nc.seen)
+}
+
+func newNodeClock(c *cluster, i int, byExpiry bool) *nodeClock {
+	nc := &nodeClock{Fake: clock.NewFakeFollowing(clock.System{}, time.Now()), seen: map[string]int{}}
 	nc.Resume()
-	c.servers[i].Server().SetPreHook(func(p *server.Peer, cmd string, _ ...string) bool {
-		if !strings.EqualFold(cmd, "time") {
-			return false
+	m := c.servers[i]
+	if byExpiry {
+		m.ClockTTL(true)
+	}
+	m.Server().SetPreHook(func(p *server.Peer, cmd string, args ...string) bool {
+		name := strings.ToLower(cmd)
+		switch {
+		case (name == "evalsha" || name == "eval") && len(args) > 2 && args[2] == "redlock:memory":
+			name = "examine"
+		case name == "get" && len(args) == 1 && args[0] == "redlock:memory":
+			name = "get marker"
 		}
-		now := nc.Now()
-		p.WriteLen(2)
-		p.WriteBulk(strconv.FormatInt(now.Unix(), 10))
-		p.WriteBulk(strconv.FormatInt(int64(now.Nanosecond()/1000), 10))
-		return true
+		nc.mu.Lock()
+		nc.seen[name]++
+		nc.mu.Unlock()
+		switch {
+		case strings.EqualFold(cmd, "time"):
+			now := nc.Now()
+			p.WriteLen(2)
+			p.WriteBulk(strconv.FormatInt(now.Unix(), 10))
+			p.WriteBulk(strconv.FormatInt(int64(now.Nanosecond()/1000), 10))
+			return true
+		case byExpiry && strings.EqualFold(cmd, "info") && len(args) == 1 && strings.EqualFold(args[0], "server"):
+			p.WriteBulk("# Server\r\nrun_id:" + strings.Repeat("ab", 20) + "\r\nuptime_in_seconds:3600\r\n")
+			return true
+		}
+		return false
 	})
 	return nc
 }
@@ -224,50 +265,138 @@ func sample(t *testing.T, l *redlock.Locker, n int) {
 // and the guard that closes it. A holds on nodes 0-2 of five; node 2's clock
 // jumps forward and drops A's key; B would win on 2, 3 and 4. B's Locker,
 // which has read node 2's clock before, sees the jump in node 2's reply and
-// does not count its grant. The negative control, NoQuarantine, must see the
+// does not count its grant, whether it reads the clock from the marker's
+// expiry or from TIME. The negative control, NoQuarantine, must see the
 // double grant.
 func TestClockJumpQuarantinesTheNode(t *testing.T) {
-	for _, guarded := range []bool{true, false} {
-		t.Run(map[bool]string{true: "guarded", false: "NoQuarantine"}[guarded], func(t *testing.T) {
+	for _, byExpiry := range []bool{true, false} {
+		for _, guarded := range []bool{true, false} {
+			name := map[bool]string{true: "by expiry", false: "by TIME"}[byExpiry] + "/" + map[bool]string{true: "guarded", false: "NoQuarantine"}[guarded]
+			t.Run(name, func(t *testing.T) {
+				ctx := t.Context()
+				c := newCluster(t, 5)
+				jumper := newNodeClock(c, 2, byExpiry)
+				a := newLocker(t, c.nodes(nil), nil)
+				b := newLocker(t, c.nodes(nil), &redlock.Options{NoQuarantine: !guarded})
+				sample(t, b, 10)
+				if guarded {
+					want := map[bool]string{true: redlock.ClockByExpiry, false: redlock.ClockByTime}[byExpiry]
+					require.Equal(t, want, b.Health()[2].ClockReadBy)
+					require.Equal(t, redlock.ClockByTime, b.Health()[0].ClockReadBy, "no INFO: TIME")
+				}
+
+				c.setOther(t, "k", 3, 4)
+				lease, err := a.TryLock(ctx, "k", 10*time.Second)
+				require.NoError(t, err)
+				drain(t, a)
+				require.Equal(t, []int{0, 1, 2}, c.holding("k", lease.Value()))
+				c.servers[3].Del("k") // the other holder's lease ended there
+				c.servers[4].Del("k")
+
+				jumper.Advance(30 * time.Second)
+				c.servers[2].FastForward(30 * time.Second) // A's key expires there early
+				require.Equal(t, []int{0, 1}, c.holding("k", lease.Value()))
+
+				second, err := b.TryLock(ctx, "k", 10*time.Second)
+				if !guarded {
+					require.NoError(t, err, "the negative control: without the guard B wins on nodes 2, 3 and 4")
+					require.Positive(t, lease.Validity(), "while A's lease is valid: a double grant")
+					require.NoError(t, second.Unlock(ctx))
+					return
+				}
+				quarantined(t, err, "its clock jumped forward by")
+				require.Positive(t, lease.Validity())
+				h := b.Health()[2]
+				assert.Equal(t, 1, h.ClockJumps)
+				assert.Greater(t, h.QuarantineLeft, 59*time.Second)
+				assert.Contains(t, h.QuarantineCause, "clock jumped forward")
+				for i, h := range b.Health() {
+					if i != 2 {
+						assert.Zero(t, h.ClockJumps, "node %d", i)
+						assert.Zero(t, h.QuarantineLeft, "node %d", i)
+					}
+				}
+				_ = lease.Unlock(ctx) // A's key is gone from node 2
+			})
+		}
+	}
+}
+
+// On a server that says its uptime and whose keys expire by its clock (as
+// Redis's do), the guard's one companion in the steady state is PTTL of its
+// marker: no TIME, no GET, no examination. A marker rewritten since (here by
+// another Locker's TrustNodes, which gives it a new expiry) reads as a clock
+// years off: it is examined, not counted as a jump. A marker that lost its
+// expiry is examined and given one again; a flushed node is quarantined.
+func TestGuardReadsTheClockFromTheMarkersExpiry(t *testing.T) {
+	for _, tr := range []struct {
+		name   string
+		noPipe bool
+	}{{"auto-pipeline", false}, {"direct", true}} {
+		t.Run(tr.name, func(t *testing.T) {
 			ctx := t.Context()
-			c := newCluster(t, 5)
-			jumper := newNodeClock(c, 2)
-			a := newLocker(t, c.nodes(nil), nil)
-			b := newLocker(t, c.nodes(nil), &redlock.Options{NoQuarantine: !guarded})
-			sample(t, b, 10)
-
-			c.setOther(t, "k", 3, 4)
-			lease, err := a.TryLock(ctx, "k", 10*time.Second)
-			require.NoError(t, err)
-			drain(t, a)
-			require.Equal(t, []int{0, 1, 2}, c.holding("k", lease.Value()))
-			c.servers[3].Del("k") // the other holder's lease ended there
-			c.servers[4].Del("k")
-
-			jumper.Advance(30 * time.Second)
-			c.servers[2].FastForward(30 * time.Second) // A's key expires there early
-			require.Equal(t, []int{0, 1}, c.holding("k", lease.Value()))
-
-			second, err := b.TryLock(ctx, "k", 10*time.Second)
-			if !guarded {
-				require.NoError(t, err, "the negative control: without the guard B wins on nodes 2, 3 and 4")
-				require.Positive(t, lease.Validity(), "while A's lease is valid: a double grant")
-				require.NoError(t, second.Unlock(ctx))
-				return
+			c := newCluster(t, 3)
+			var clocks []*nodeClock
+			for i := range c.servers {
+				clocks = append(clocks, newNodeClock(c, i, true))
 			}
-			quarantined(t, err, "its clock jumped forward by")
-			require.Positive(t, lease.Validity())
-			h := b.Health()[2]
-			assert.Equal(t, 1, h.ClockJumps)
-			assert.Greater(t, h.QuarantineLeft, 59*time.Second)
-			assert.Contains(t, h.QuarantineCause, "clock jumped forward")
-			for i, h := range b.Health() {
-				if i != 2 {
-					assert.Zero(t, h.ClockJumps, "node %d", i)
-					assert.Zero(t, h.QuarantineLeft, "node %d", i)
+			l := newLocker(t, c.nodes(nil), &redlock.Options{NoAutoPipeline: tr.noPipe})
+			cycles := func(n int) {
+				t.Helper()
+				for range n {
+					lease, err := l.TryLock(ctx, "k", time.Second)
+					require.NoError(t, err)
+					require.NoError(t, lease.Unlock(ctx))
+					drain(t, l)
 				}
 			}
-			_ = lease.Unlock(ctx) // A's key is gone from node 2
+			cycles(5)
+			for _, nc := range clocks {
+				nc.reset()
+			}
+			cycles(20)
+			for i, nc := range clocks {
+				assert.GreaterOrEqual(t, nc.count("pttl"), 20, "node %d: PTTL after each acquisition", i)
+				assert.Zero(t, nc.count("time"), "node %d", i)
+				assert.Zero(t, nc.count("get marker"), "node %d", i)
+				assert.Zero(t, nc.count("examine"), "node %d", i)
+			}
+			for i, h := range l.Health() {
+				assert.Equal(t, redlock.ClockByExpiry, h.ClockReadBy, "node %d", i)
+				assert.GreaterOrEqual(t, h.ClockSamples, 25, "node %d", i)
+				assert.Zero(t, h.ClockJumps, "node %d", i)
+			}
+
+			other := newLocker(t, c.nodes(nil), nil)
+			require.NoError(t, other.TrustNodes(ctx)) // new markers, new expiries
+			for _, nc := range clocks {
+				nc.reset()
+			}
+			cycles(3)
+			for i, h := range l.Health() {
+				assert.Equal(t, 1, clocks[i].count("examine"), "node %d: the rewritten marker examined once", i)
+				assert.Zero(t, h.ClockJumps, "node %d: a new expiry is not a clock jump", i)
+				assert.Zero(t, h.QuarantineLeft, "node %d", i)
+				assert.Equal(t, redlock.ClockByExpiry, h.ClockReadBy, "node %d", i)
+			}
+
+			value, err := c.servers[1].Get("redlock:memory")
+			require.NoError(t, err)
+			require.NoError(t, c.servers[1].Set("redlock:memory", value)) // the same marker, no expiry
+			clocks[1].reset()
+			cycles(3)
+			assert.Equal(t, 1, clocks[1].count("examine"), "a marker without an expiry is examined")
+			assert.Positive(t, c.servers[1].TTL("redlock:memory"), "and given one again")
+			assert.Equal(t, redlock.ClockByExpiry, l.Health()[1].ClockReadBy)
+
+			c.servers[2].FlushAll()
+			lease, err := l.TryLock(ctx, "k", time.Second)
+			require.NoError(t, err, "nodes 0 and 1")
+			require.NoError(t, lease.Unlock(ctx))
+			drain(t, l) // node 2's vote, examined, may come after the decision
+			h := l.Health()[2]
+			assert.Greater(t, h.QuarantineLeft, 59*time.Second)
+			assert.Contains(t, h.QuarantineCause, "memory began")
 		})
 	}
 }
@@ -280,7 +409,7 @@ func TestClockRateShrinksValidity(t *testing.T) {
 	ctx := t.Context()
 	c := newCluster(t, 3)
 	proxies, nodes := c.proxied(t)
-	fast := newNodeClock(c, 0)
+	fast := newNodeClock(c, 0, false)
 	fast.SetRate(1.05)
 	proxies[1].SetDelay(2*time.Millisecond, time.Millisecond)
 	l := newLocker(t, nodes, &redlock.Options{NodeTimeout: time.Second})

@@ -27,11 +27,14 @@ type NodeHealth struct {
 	QuarantineLeft  time.Duration
 	QuarantineCause string
 
-	// The node's clock against this process's, from the TIME that guarded
-	// round trips carry (none with Options.NoQuarantine, nor on a Redis
-	// Cluster node): the rate in parts per million (positive: it runs fast)
-	// with its worst-case error, once ClockMeasured; the forward and
-	// backward jumps seen; and the readings taken.
+	// The node's clock against this process's, from the readings that
+	// guarded round trips carry (none with Options.NoQuarantine, nor on a
+	// Redis Cluster node): the rate in parts per million (positive: it runs
+	// fast) with its worst-case error, once ClockMeasured; the forward and
+	// backward jumps seen; and the readings taken. ClockReadBy says how the
+	// guard reads the clock now: ClockByExpiry, ClockByTime, or "" (not
+	// read).
+	ClockReadBy     string
 	ClockRatePPM    float64
 	ClockRateErrPPM float64
 	ClockMeasured   bool
@@ -47,6 +50,20 @@ type NodeHealth struct {
 	Durability NodeDurability
 	Err        error
 }
+
+// How the node guard reads a node's clock (NodeHealth.ClockReadBy).
+const (
+	// ClockByExpiry: the guard's marker has an absolute expiry a century
+	// or more ahead, and the node's clock is that expiry minus the PTTL
+	// that follows each guarded command (in milliseconds): one companion
+	// tells that the marker is there and unchanged, and reads the clock by
+	// which the node expires keys. For servers that say their uptime and
+	// have PEXPIRETIME (Redis 7.0 on, Valkey), when the two agree.
+	ClockByExpiry = "marker expiry (PTTL)"
+	// ClockByTime: TIME follows each guarded command, with GET of the
+	// marker (miniredis, older servers).
+	ClockByTime = "TIME"
+)
 
 // Health reports every node's health, in the order given to New. It reads
 // each node's settings (INFO server and replication, CONFIG GET) with a
@@ -80,6 +97,10 @@ func (n node) health(ctx context.Context, now time.Time) NodeHealth {
 			}
 		}
 		if g.clock != nil {
+			h.ClockReadBy = ClockByTime
+			if g.expiry.Load() > 0 {
+				h.ClockReadBy = ClockByExpiry
+			}
 			h.ClockRatePPM, h.ClockRateErrPPM, h.ClockMeasured = g.clock.Rate()
 			h.ClockJumps, h.ClockSamples = g.clock.Jumps(), g.clock.Readings()
 		}

@@ -53,14 +53,14 @@ func lockKeys(m *miniredis.Miniredis) []string {
 }
 
 // guardCompanion reports whether a Do call is one of the node guard's
-// companions (GET of its marker, SCRIPT EXISTS, TIME), which hookNode passes
+// companions (PTTL or GET of its marker, SCRIPT EXISTS, TIME), which hookNode passes
 // through unrecorded: the tests' hooks are about the lock's own commands.
 func guardCompanion(args []any) bool {
 	name, _ := args[0].(string)
 	switch strings.ToLower(name) {
 	case "time", "script":
 		return true
-	case "get":
+	case "get", "pttl":
 		k, _ := args[1].(string)
 		return strings.HasPrefix(k, "redlock:memory")
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -96,11 +95,19 @@ func (n node) sendInTurn(ctx context.Context, c command, g *guard) (*redis.Cmd, 
 	}
 	comp := g.companions(ctx, g.markerFor(c.key))
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		value, err := n.Do(ctx, comp.get.Args()...).Text()
-		comp.get.SetVal(value)
-		comp.get.SetErr(err)
-	})
+	if comp.pttl != nil {
+		wg.Go(func() {
+			left, err := n.Do(ctx, comp.pttl.Args()...).Int64()
+			comp.pttl.SetVal(left)
+			comp.pttl.SetErr(err)
+		})
+	} else {
+		wg.Go(func() {
+			value, err := n.Do(ctx, comp.get.Args()...).Text()
+			comp.get.SetVal(value)
+			comp.get.SetErr(err)
+		})
+	}
 	wg.Go(func() {
 		cached, err := n.Do(ctx, comp.exists.Args()...).BoolSlice()
 		comp.exists.SetVal(cached)
@@ -125,10 +132,8 @@ func timeOf(cmd *redis.Cmd) (time.Time, error) {
 		return time.Time{}, err
 	}
 	if len(res) == 2 {
-		sec, err1 := strconv.ParseInt(res[0], 10, 64)
-		usec, err2 := strconv.ParseInt(res[1], 10, 64)
-		if err1 == nil && err2 == nil {
-			return time.Unix(sec, usec*1000), nil
+		if at, err := timeOfReply(res[0], res[1]); err == nil {
+			return at, nil
 		}
 	}
 	return time.Time{}, fmt.Errorf("redlock: unexpected TIME reply %v", res)

@@ -1,11 +1,18 @@
 -- The node guard's examination (see guard.go): when did this node's memory
 -- begin? KEYS[1] is the marker, "<began> <run>": when the memory began (ms,
 -- the node's clock) and the run_id of the server process that wrote it.
--- Returns {marker, seconds, microseconds}: the marker as it now stands and
--- the node's TIME. The client runs it only when the steady-state companions
--- (GET of the marker, SCRIPT EXISTS of this script) say something changed:
--- the marker is missing or differs from the one it examined last, or this
--- script is no longer cached (a new server process, SCRIPT FLUSH).
+-- ARGV[1] is an absolute expiry (ms, a century or two ahead) for a marker
+-- this script writes, or finds without one: every write of the marker moves
+-- its expiry, so the expiry names the marker, and the client can read the
+-- node's clock as the expiry minus the marker's PTTL (see guard.go).
+-- Returns {marker, seconds, microseconds, expiry, pttl, seconds,
+-- microseconds}: the marker as it now stands, the node's TIME at the
+-- script's start, the marker's absolute expiry (PEXPIRETIME; -3 where the
+-- client is to read TIME instead, see reply), its PTTL, and TIME at the
+-- script's end. The client runs it only when
+-- the steady-state companions say something changed: the marker is missing
+-- or differs from the one it examined last, or this script is no longer
+-- cached (a new server process, SCRIPT FLUSH).
 --
 -- A missing marker means the memory began when the process did (TIME minus
 -- uptime), or now if the process ran FLUSHALL or FLUSHDB (which removed it),
@@ -16,10 +23,11 @@
 -- process did. A marker that came by replication (a promoted replica) or by
 -- a slot migration is kept: that is what WaitReplicas is for.
 
--- info returns INFO section, or nil where the server has no such section
--- (miniredis); an ACL refusal is raised, not mistaken for an unknown.
-local function info(section)
-	local r = redis.pcall("INFO", section)
+-- optional calls a command the server may lack (INFO sections on
+-- miniredis, PEXPIRETIME before Redis 7.0) and returns nil in its stead; an
+-- ACL refusal is raised, not mistaken for an unknown.
+local function optional(...)
+	local r = redis.pcall(...)
 	if type(r) == "table" and r.err then
 		if string.find(r.err, "NOPERM", 1, true) or string.find(r.err, "can't run", 1, true) or string.find(r.err, "ACL failure", 1, true) then
 			error(r)
@@ -27,6 +35,10 @@ local function info(section)
 		return nil
 	end
 	return r
+end
+
+local function info(section)
+	return optional("INFO", section)
 end
 
 local t = redis.call("TIME")
@@ -37,17 +49,34 @@ if m then
 	local b, r = string.match(m, "^(%d+) (%S+)$")
 	began, run = tonumber(b), r
 end
-local id, start = "?", now
+local id, start, uptime = "?", now, false
 local server = info("server")
 if server then
 	id = string.match(server, "run_id:(%x+)") or "?"
 	local up = tonumber(string.match(server, "uptime_in_seconds:(%d+)") or "")
 	if up then
-		start = now - up * 1000
+		start, uptime = now - up * 1000, true
 	end
 end
+-- reply gives the expiry and PTTL of the marker as it now stands. A server
+-- that does not say its uptime (miniredis, whose TTLs follow its TIME only
+-- with ClockTTL) is not read by its keys' expiry: -3, as for one without
+-- PEXPIRETIME (before Redis 7.0).
+local function reply(marker)
+	local at = -3
+	if uptime then
+		at = optional("PEXPIRETIME", KEYS[1]) or -3
+	end
+	local pttl = redis.call("PTTL", KEYS[1])
+	local t2 = redis.call("TIME") -- the script's end: PTTL was read before it
+	return {marker, t[1], t[2], at, pttl, t2[1], t2[2]}
+end
 if began and run == id then
-	return {m, t[1], t[2]} -- the same process: its scripts went, not its memory
+	-- The same process: its scripts went, not its memory.
+	if redis.call("PTTL", KEYS[1]) == -1 then
+		redis.call("SET", KEYS[1], m, "PXAT", ARGV[1])
+	end
+	return reply(m)
 end
 if began then
 	local p = info("persistence")
@@ -66,5 +95,5 @@ else
 	end
 end
 m = string.format("%d %s", began, id)
-redis.call("SET", KEYS[1], m)
-return {m, t[1], t[2]}
+redis.call("SET", KEYS[1], m, "PXAT", ARGV[1])
+return reply(m)

@@ -3,7 +3,8 @@
 -- this run_id, so that the node guard never quarantines it in this run; a
 -- new process that loads it without AOF, or a flush that removes it, is
 -- caught again. A server that has no INFO (miniredis) is named "?"; an ACL
--- refusal of INFO is raised.
+-- refusal of INFO is raised. ARGV[1] is the marker's new absolute expiry
+-- (ms), as examine.lua gives it.
 local id = "?"
 local info = redis.pcall("INFO", "server")
 if type(info) == "table" and info.err then
@@ -13,5 +14,5 @@ if type(info) == "table" and info.err then
 elseif type(info) == "string" then
 	id = string.match(info, "run_id:(%x+)") or "?"
 end
-redis.call("SET", KEYS[1], "0 " .. id)
+redis.call("SET", KEYS[1], "0 " .. id, "PXAT", ARGV[1])
 return 1

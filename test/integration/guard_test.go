@@ -45,6 +45,27 @@ func TestNodeGuardOnRealServers(t *testing.T) {
 	require.NoError(t, err, "nodes up for longer than MaxTTL, on first use")
 	require.NoError(t, lease.Unlock(ctx))
 
+	// In the steady state the guard's one companion is PTTL of its marker:
+	// the node's commands, counted by the server itself, show no TIME.
+	require.NoError(t, c.Nodes[1].Admin.ConfigResetStat(ctx).Err())
+	for range 20 {
+		lease, err := l.TryLock(ctx, "it:guard", maxTTL)
+		require.NoError(t, err)
+		require.NoError(t, lease.Unlock(ctx))
+	}
+	drain(t, l)
+	stats, err := c.Nodes[1].Admin.Info(ctx, "commandstats").Result()
+	require.NoError(t, err)
+	require.NotContains(t, stats, "cmdstat_time:", "TIME in the steady state")
+	require.NotContains(t, stats, "cmdstat_pexpiretime:", "an examination in the steady state")
+	require.Contains(t, stats, "cmdstat_pttl:calls=", "PTTL of the marker")
+	_, rest, _ := strings.Cut(stats, "cmdstat_pttl:calls=")
+	calls, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+	require.GreaterOrEqual(t, calls, 20, "PTTL after each acquisition")
+	for _, h := range l.Health() {
+		require.Equal(t, redlock.ClockByExpiry, h.ClockReadBy, h.Name)
+	}
+
 	require.NoError(t, c.Nodes[0].Admin.FlushAll(ctx).Err())
 	lease, err = l.TryLock(ctx, "it:guard", maxTTL)
 	require.NoError(t, err, "two of three nodes carry the lock")
@@ -111,7 +132,8 @@ func TestRollingRestartHeals(t *testing.T) {
 
 // Under load (16 clients, 30 s, 16 keys) on real servers, the node guard
 // raises no false alarm: no quarantine, no clock jump, and the clocks it
-// measures run within the drift bound.
+// measures (from its marker's expiry, in milliseconds) run within the drift
+// bound.
 func TestNodeGuardUnderLoad(t *testing.T) {
 	c := harness.Start(t, harness.Options{})
 	l := newLocker(t, c, &redlock.Options{NodeTimeout: time.Second})
@@ -147,6 +169,7 @@ func TestNodeGuardUnderLoad(t *testing.T) {
 		require.Zero(t, h.ClockJumps, h.Name)
 		require.Zero(t, h.QuarantineLeft, h.Name)
 		require.Positive(t, h.ClockSamples, h.Name)
+		require.Equal(t, redlock.ClockByExpiry, h.ClockReadBy, h.Name)
 		if h.ClockMeasured {
 			require.Less(t, math.Abs(h.ClockRatePPM)-h.ClockRateErrPPM, 10000.0, "%s: a clock outside the 1%% bound", h.Name)
 		}

@@ -99,7 +99,7 @@ func TestFirstLockOnTLSNodesBehindLatency(t *testing.T) {
 // SCRIPT LOAD for Warm. aclDurability adds what Durability and
 // RequireDurable read.
 const (
-	aclRules      = "on >app-secret resetkeys ~lock:* ~{lock:* ~redlock:memory* resetchannels -@all +set +get +del +pexpire +incr +time +info +evalsha +eval +script|load +script|exists +ping"
+	aclRules      = "on >app-secret resetkeys ~lock:* ~{lock:* ~redlock:memory* resetchannels -@all +set +get +del +pexpire +incr +time +pttl +pexpiretime +info +evalsha +eval +script|load +script|exists +ping"
 	aclDurability = "+config|get"
 )
 
@@ -188,6 +188,8 @@ func TestACLMissingOnePermission(t *testing.T) {
 		{"~{lock:*", "{lock:", true, tryLock, false},
 		{"~redlock:memory*", "redlock:memory", false, tryLock, false},
 		{"+time", "time", false, tryLock, false},
+		{"+pttl", "pttl", false, tryLock, false},
+		{"+pexpiretime", "pexpiretime", false, tryLock, false},
 		{"+info", "info", false, func(l *redlock.Locker, key string) error {
 			for _, n := range c.Nodes {
 				require.NoError(t, n.FlushScripts(ctx))
