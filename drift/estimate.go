@@ -110,6 +110,31 @@ func (e *Estimator) Observe(r Reading) (Jump, bool) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	return e.observe(r)
+}
+
+// ObserveIfFits adds r only when it fits the node's clock so far, that is
+// when Observe would report no Jump, and reports whether it did. A caller
+// whose Node comes from something that may change under it (a key's
+// absolute expiry, which a rewrite of the key moves) counts only the
+// readings that fit, and looks closer at one that does not (a new key, or a
+// jump) before it believes it.
+func (e *Estimator) ObserveIfFits(r Reading) bool {
+	if r.Received.Before(r.Sent) {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.total > 0 {
+		if _, jumped := e.step(e.last, e.point(r)); jumped {
+			return false
+		}
+	}
+	e.observe(r)
+	return true
+}
+
+func (e *Estimator) observe(r Reading) (Jump, bool) {
 	if e.total == 0 {
 		e.origin, e.wall = r.Received, r.Received.Round(0)
 	}
@@ -141,23 +166,6 @@ func (e *Estimator) Observe(r Reading) (Jump, bool) {
 		e.last = p
 	}
 	return jump, jumped
-}
-
-// Check reports the Jump that Observe would report for r now, without
-// recording r. A caller that derives Node from something that may change
-// under it (a key's absolute expiry, which a rewrite of the key moves) asks
-// first, and looks closer at a reading that does not fit instead of
-// counting it.
-func (e *Estimator) Check(r Reading) (Jump, bool) {
-	if r.Received.Before(r.Sent) {
-		return Jump{}, false
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.total == 0 {
-		return Jump{}, false
-	}
-	return e.step(e.last, e.point(r))
 }
 
 // point reduces r to numbers relative to the Estimator's origin, which

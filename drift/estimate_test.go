@@ -291,24 +291,27 @@ func TestEstimatorMillisecondReadings(t *testing.T) {
 	}
 }
 
-// Check tells what Observe would, and records nothing: a reading that
-// does not fit leaves the Estimator as it was.
-func TestEstimatorCheck(t *testing.T) {
+// ObserveIfFits counts a reading that fits, as Observe does, and leaves the
+// Estimator as it was for one that does not; Observe counts that one as the
+// Jump it is.
+func TestEstimatorObserveIfFits(t *testing.T) {
 	n, s, e := steady()
-	if _, ok := e.Check(s.next()); ok {
+	if !e.ObserveIfFits(s.next()) {
 		t.Fatal("a steady reading does not fit")
 	}
 	before := e.Readings()
 	n.steps += time.Hour
 	off := s.next()
-	j, ok := e.Check(off)
-	if !ok || j.Size < 59*time.Minute {
-		t.Fatalf("Check of an hour's step: %+v, %v", j, ok)
+	if e.ObserveIfFits(off) {
+		t.Fatal("an hour's step fits")
 	}
 	if e.Readings() != before || e.Jumps() != 0 {
-		t.Fatalf("Check recorded: %d readings (had %d), %d jumps", e.Readings(), before, e.Jumps())
+		t.Fatalf("a reading that did not fit was recorded: %d readings (had %d), %d jumps", e.Readings(), before, e.Jumps())
 	}
-	if got, ok := e.Observe(off); !ok || got != j {
-		t.Fatalf("Observe of the reading Check refused: %+v, %v; Check said %+v", got, ok, j)
+	if j, ok := e.Observe(off); !ok || j.Size < 59*time.Minute {
+		t.Fatalf("Observe of the reading that did not fit: %+v, %v", j, ok)
+	}
+	if e.ObserveIfFits(drift.Reading{Sent: off.Received, Received: off.Sent, Node: off.Node}) {
+		t.Fatal("a reading received before it was sent fits")
 	}
 }

@@ -327,11 +327,7 @@ func (g *guard) readExpiry(c companions, sent, received time.Time) (same bool, e
 		return false, nil
 	}
 	r := drift.Reading{Sent: sent, Received: received, Node: time.UnixMilli(c.expiry - left), Resolution: time.Millisecond}
-	if _, off := g.clock.Check(r); off {
-		return false, nil
-	}
-	g.record(r)
-	return true, nil
+	return g.clock.ObserveIfFits(r), nil
 }
 
 // verdict is the quarantine that state and the last jump impose now, if any.
