@@ -7,11 +7,14 @@
 // The replies are those of an uncontended lock cycle on a node whose memory
 // is trusted: SET (NX PX GET) finds no old value, scripts (EVALSHA, EVAL)
 // return 1, HELLO is refused so that clients speak RESP2, and anything else
-// is OK. The node guard's companions get what a steady node answers: GET
-// finds the marker "0 ?" (trusted: see redlock.Locker.TrustNodes), SCRIPT
-// EXISTS finds the script, TIME tells the time, and a script on the marker
-// key (the guard's examination) returns the marker and the time. Replies to
-// a pipeline go out in one write, as Redis sends them.
+// is OK. The node guard's companions get what a steady Redis 7 node
+// answers: PTTL of the marker counts down to an absolute expiry 150 years
+// after the server started, so that the expiry minus the PTTL tells the
+// time; GET finds the marker "0 ?" (trusted: see redlock.Locker.TrustNodes);
+// SCRIPT EXISTS finds the script; TIME tells the time; and a script on the
+// marker key (the guard's examination) returns the marker, the time, the
+// expiry and PTTL, and the time. Replies to a pipeline go out in one write,
+// as Redis sends them.
 package fakeredis
 
 import (
@@ -31,6 +34,8 @@ type Server struct {
 	mu    sync.Mutex
 	conns map[net.Conn]bool
 	wg    sync.WaitGroup
+
+	expiry int64 // the marker's absolute expiry, Unix ms
 }
 
 // Start listens on a free 127.0.0.1 port and serves until Close.
@@ -39,7 +44,8 @@ func Start() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{ln: ln, conns: map[net.Conn]bool{}}
+	const years150 = 150 * 365 * 24 * time.Hour
+	s := &Server{ln: ln, conns: map[net.Conn]bool{}, expiry: time.Now().Add(years150).UnixMilli()}
 	s.wg.Go(s.accept)
 	return s, nil
 }
@@ -75,14 +81,14 @@ func (s *Server) accept() {
 				s.mu.Unlock()
 				c.Close()
 			}()
-			_ = serve(c)
+			_ = serve(c, s.expiry)
 		})
 	}
 }
 
 // serve answers the commands on c until it closes. It allocates nothing per
 // command, so that it adds nothing to a benchmark's allocs/op.
-func serve(c net.Conn) error {
+func serve(c net.Conn, expiry int64) error {
 	r := bufio.NewReader(c)
 	w := bufio.NewWriter(c)
 	var name, key, scratch []byte
@@ -98,8 +104,15 @@ func serve(c net.Conn) error {
 		case out == timeReply:
 			scratch = appendTime(scratch[:0], "*2\r\n")
 			w.Write(scratch)
+		case out == pttlReply:
+			scratch = appendPTTL(scratch[:0], expiry)
+			w.Write(scratch)
 		case out == evalReply && string(key) == markerKey:
-			scratch = appendTime(append(scratch[:0], "*3\r\n$3\r\n0 ?\r\n"...), "")
+			scratch = appendTime(append(scratch[:0], "*7\r\n$3\r\n0 ?\r\n"...), "")
+			scratch = append(scratch, ':')
+			scratch = strconv.AppendInt(scratch, expiry, 10)
+			scratch = appendPTTL(append(scratch, "\r\n"...), expiry)
+			scratch = appendTime(scratch, "")
 			w.Write(scratch)
 		default:
 			w.WriteString(out)
@@ -118,8 +131,16 @@ const markerKey = "redlock:memory"
 // Replies that serve completes.
 const (
 	timeReply = "time"
+	pttlReply = "pttl"
 	evalReply = ":1\r\n"
 )
+
+// appendPTTL appends the marker's PTTL now, as an integer reply.
+func appendPTTL(b []byte, expiry int64) []byte {
+	b = append(b, ':')
+	b = strconv.AppendInt(b, expiry-time.Now().UnixMilli(), 10)
+	return append(b, "\r\n"...)
+}
 
 // appendTime appends head and the time as TIME's two bulk strings.
 func appendTime(b []byte, head string) []byte {
@@ -158,6 +179,8 @@ func reply(name []byte) string {
 		return "*1\r\n:1\r\n"
 	case "time":
 		return timeReply
+	case "pttl":
+		return pttlReply
 	}
 	return "+OK\r\n"
 }

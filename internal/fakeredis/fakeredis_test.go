@@ -2,6 +2,7 @@ package fakeredis_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -25,6 +26,9 @@ func TestCannedReplies(t *testing.T) {
 	}
 	if n, err := c.EvalSha(ctx, "0123", []string{"k"}, "v").Int64(); err != nil || n != 1 {
 		t.Errorf("EVALSHA: %d, %v", n, err)
+	}
+	if left, err := c.PTTL(ctx, "redlock:memory").Result(); err != nil || left < 100*365*24*time.Hour {
+		t.Errorf("PTTL of the marker: %v, %v; want a century or more", left, err)
 	}
 	pipe := c.Pipeline()
 	ping := pipe.Ping(ctx)
