@@ -20,7 +20,8 @@ import (
 // leads to the process it checked, or to an earlier one that is gone and
 // answers nothing. Only a connection dialed since can lead to a new
 // process. So a batch needs SCRIPT EXISTS only while the client has dialed
-// since the last check; between dials the marker's GET and TIME suffice.
+// since the last check; between dials the marker's PTTL (or its GET and
+// TIME) suffices.
 // This holds while one server process at a time answers a node's address.
 // A proxy that keeps its clients' connections open across a restart of the
 // server behind it breaks it: there a restart that kept the marker (from an

@@ -31,8 +31,8 @@ import (
 //     passed since then the node's votes do not count.
 //   - A node's clock does not jump forward (Redis expires keys by its wall
 //     clock, so a forward jump drops held keys early there). Every guarded
-//     round trip reads the node's TIME; a drift.Estimator per node turns the
-//     readings into a clock rate and jumps. After a forward jump the node's
+//     round trip reads the node's clock; a drift.Estimator per node turns
+//     the readings into a clock rate and jumps. After a forward jump the node's
 //     votes do not count for MaxTTL (its keys from before the jump may be
 //     gone early); a node measured to run faster than the drift bound
 //     shortens the validity of leases it grants.
@@ -41,22 +41,34 @@ import (
 //
 // Cost: the commands that need the guard (acquisitions, extensions, checks)
 // travel with companions in the same pipeline, behind them on the same
-// connection: GET of the marker and TIME, and SCRIPT EXISTS of the examine
-// script when the node's client has dialed a connection since the guard
-// last checked (a new server process can only be reached through a new
-// connection: see dials.go; cluster nodes and wrappers send it every time).
-// The auto-pipeline sends one set per batch, however many commands the
-// batch carries. The decision is the client's: the lock commands stay
-// plain SET NX and the short scripts, and no Lua runs in the steady state
-// (Lua costs a node several times what a SET does). The client examines a
-// node (examine.lua: INFO, then the marker is written where it is missing)
-// only when the companions say something changed: the marker is missing
-// (a restart without persistence, a flush, an eviction, a first use) or
-// differs from the one it examined last, or the examine script is no longer
-// cached on the node (a new server process, which may have loaded an old
-// snapshot), or a batch may have reached the node on a connection dialed
-// since the last check without SCRIPT EXISTS, or this Locker has not
-// examined the node yet.
+// connection. On a standalone Redis (7.0 on) or Valkey node there is one:
+// PTTL of the marker. The marker has an absolute expiry a century or two
+// ahead, random, and every write of it moves it; so its PTTL says that the
+// marker is there (-2: missing), that it is the one examined (another
+// expiry reads as a clock years off), and the node's clock: the expiry
+// minus the PTTL, in milliseconds, the very clock by which the node expires
+// keys. Elsewhere (a server that does not say its uptime, as miniredis,
+// whose TTLs need not follow its TIME; one without PEXPIRETIME; a cluster
+// node) the companions are GET of the marker and TIME (not on a cluster
+// node). SCRIPT EXISTS of the examine script joins them when the node's
+// client has dialed a connection since the guard last checked (a new server
+// process can only be reached through a new connection: see dials.go;
+// cluster nodes and wrappers send it every time). The auto-pipeline sends
+// one set per batch, however many commands the batch carries.
+//
+// The decision is the client's: the lock commands stay plain SET NX and the
+// short scripts, and no Lua runs in the steady state (Lua costs a node
+// several times what a SET does). The client examines a node (examine.lua:
+// INFO, then the marker is written where it is missing) only when the
+// companions say something changed: the marker is missing (a restart
+// without persistence, a flush, an eviction, a first use) or differs from
+// the one it examined last (its value, or its expiry: a clock reading that
+// does not fit the node's clock so far is examined too, and the
+// examination's TIME tells a jump from a rewritten marker), or the examine
+// script is no longer cached on the node (a new server process, which may
+// have loaded an old snapshot), or a batch may have reached the node on a
+// connection dialed since the last check without SCRIPT EXISTS, or this
+// Locker has not examined the node yet.
 //
 // Order matters: the companions follow the guarded commands on one
 // connection, so a marker read intact after a SET proves that the memory

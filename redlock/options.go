@@ -63,9 +63,9 @@ type Options struct {
 	// less than MaxTTL ago (a restart without persistence, a flush, a first
 	// use), and from one whose clock jumped forward less than MaxTTL ago, as
 	// with every other Redlock client. Nodes' clocks are then not measured
-	// either (Health reports no readings), the guard's companions (GET of
-	// its marker, TIME, SCRIPT EXISTS) are not sent, and New adds no dial
-	// hook to the nodes' clients.
+	// either (Health reports no readings), the guard's companions (PTTL or
+	// GET of its marker, TIME, SCRIPT EXISTS) are not sent, and New adds no
+	// dial hook to the nodes' clients.
 	NoQuarantine bool
 
 	// NoHeal turns healing off: Extend (and Do's extensions) then only
