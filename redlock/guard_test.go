@@ -250,15 +250,22 @@ func newNodeClock(c *cluster, i int, byExpiry bool) *nodeClock {
 	return nc
 }
 
+// lockCycles takes and releases key n times, one at a time, and calls
+// after following each release.
+func lockCycles(t *testing.T, l *redlock.Locker, key string, n int, after func()) {
+	t.Helper()
+	for range n {
+		lease, err := l.TryLock(t.Context(), key, time.Second)
+		require.NoError(t, err)
+		require.NoError(t, lease.Unlock(t.Context()))
+		after()
+	}
+}
+
 // sample makes l read every node's clock n times, some milliseconds apart.
 func sample(t *testing.T, l *redlock.Locker, n int) {
 	t.Helper()
-	for range n {
-		lease, err := l.TryLock(t.Context(), "sample", time.Second)
-		require.NoError(t, err)
-		require.NoError(t, lease.Unlock(t.Context()))
-		time.Sleep(5 * time.Millisecond)
-	}
+	lockCycles(t, l, "sample", n, func() { time.Sleep(5 * time.Millisecond) })
 }
 
 // The double grant that a forward clock jump causes in every Redlock client,
@@ -341,15 +348,9 @@ func TestGuardReadsTheClockFromTheMarkersExpiry(t *testing.T) {
 				clocks = append(clocks, newNodeClock(c, i, true))
 			}
 			l := newLocker(t, c.nodes(nil), &redlock.Options{NoAutoPipeline: tr.noPipe})
-			cycles := func(n int) {
-				t.Helper()
-				for range n {
-					lease, err := l.TryLock(ctx, "k", time.Second)
-					require.NoError(t, err)
-					require.NoError(t, lease.Unlock(ctx))
-					drain(t, l)
-				}
-			}
+			// Each release settled before the next acquisition: in a batch
+			// of its own.
+			cycles := func(n int) { t.Helper(); lockCycles(t, l, "k", n, func() { drain(t, l) }) }
 			cycles(5)
 			for _, nc := range clocks {
 				nc.reset()
@@ -556,15 +557,9 @@ func TestGuardChecksForANewProcessOnNewConnections(t *testing.T) {
 			}
 			count()
 			l := newLocker(t, c.nodes(nil), &redlock.Options{NoAutoPipeline: tr.noPipe})
-			cycles := func(n int) {
-				t.Helper()
-				for range n {
-					lease, err := l.TryLock(ctx, "k", time.Second)
-					require.NoError(t, err)
-					require.NoError(t, lease.Unlock(ctx))
-					drain(t, l) // each release in a batch of its own
-				}
-			}
+			// Each release settled before the next acquisition: in a batch
+			// of its own.
+			cycles := func(n int) { t.Helper(); lockCycles(t, l, "k", n, func() { drain(t, l) }) }
 			cycles(5) // first contact: examined; the connections dialed
 			exists.Store(0)
 			examines.Store(0)
