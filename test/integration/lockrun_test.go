@@ -77,7 +77,11 @@ type lockRun struct {
 	// While nodesDown, a node of the lock is down (killed, or failing
 	// over), so a lease held by a bare majority that included it cannot be
 	// confirmed: such a lease is counted in unconfirmed, not lost. It must
-	// still never meet another holder's value.
+	// still never meet another holder's value: a refusal ("held by another
+	// value") while another client holds a lease is lost. Without one, the
+	// value is a leftover on a node this lease never held (a released
+	// lease's key whose release was still on its way, or a failed attempt's
+	// grant being released), and the lease is unconfirmed.
 	nodesDown   bool
 	unconfirmed int
 }
@@ -137,7 +141,7 @@ func (r *lockRun) client(i int, l *redlock.Locker, key string, ttl time.Duration
 		r.mu.Lock()
 		switch {
 		case err == nil || r.work.Err() != nil:
-		case r.nodesDown && !strings.Contains(err.Error(), "held by another value"):
+		case r.nodesDown && (!strings.Contains(err.Error(), "held by another value") || r.inside == 1):
 			r.unconfirmed++
 		default:
 			r.lost = append(r.lost, fmt.Sprintf("token %d: %v", lease.Token(), err))
