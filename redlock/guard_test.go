@@ -357,7 +357,10 @@ func TestGuardReadsTheClockFromTheMarkersExpiry(t *testing.T) {
 			}
 			cycles(20)
 			for i, nc := range clocks {
-				assert.GreaterOrEqual(t, nc.count("pttl"), 20, "node %d: PTTL after each acquisition", i)
+				// An acquisition decided before its SET left for a node
+				// is withdrawn there, unsent: count the SETs.
+				assert.Positive(t, nc.count("set"), "node %d", i)
+				assert.GreaterOrEqual(t, nc.count("pttl"), nc.count("set"), "node %d: PTTL after each acquisition", i)
 				assert.Zero(t, nc.count("time"), "node %d", i)
 				assert.Zero(t, nc.count("get marker"), "node %d", i)
 				assert.Zero(t, nc.count("examine"), "node %d", i)

@@ -58,10 +58,15 @@ func TestNodeGuardOnRealServers(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, stats, "cmdstat_time:", "TIME in the steady state")
 	require.NotContains(t, stats, "cmdstat_pexpiretime:", "an examination in the steady state")
-	require.Contains(t, stats, "cmdstat_pttl:calls=", "PTTL of the marker")
-	_, rest, _ := strings.Cut(stats, "cmdstat_pttl:calls=")
-	calls, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
-	require.GreaterOrEqual(t, calls, 20, "PTTL after each acquisition")
+	calls := func(cmd string) int {
+		_, rest, _ := strings.Cut(stats, "cmdstat_"+cmd+":calls=")
+		n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+		return n
+	}
+	// An acquisition decided before its SET left for this node is withdrawn
+	// there, unsent: count the SETs the node ran.
+	require.Positive(t, calls("set"))
+	require.GreaterOrEqual(t, calls("pttl"), calls("set"), "PTTL after each acquisition: %s", stats)
 	for _, h := range l.Health() {
 		require.Equal(t, redlock.ClockByExpiry, h.ClockReadBy, h.Name)
 	}
