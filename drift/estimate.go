@@ -125,26 +125,37 @@ func (e *Estimator) ObserveIfFits(r Reading) bool {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.total > 0 {
-		if _, jumped := e.step(e.last, e.point(r)); jumped {
-			return false
-		}
+	if e.total == 0 {
+		e.observe(r)
+		return true
 	}
-	e.observe(r)
+	p := e.point(r)
+	if _, jumped := e.step(e.last, p); jumped {
+		return false
+	}
+	e.add(p, false)
 	return true
 }
 
+// observe adds r, and reports the Jump it reveals.
 func (e *Estimator) observe(r Reading) (Jump, bool) {
 	if e.total == 0 {
 		e.origin, e.wall = r.Received, r.Received.Round(0)
 	}
 	p := e.point(r)
-	e.total++
 	var jump Jump
 	jumped := false
-	if e.total > 1 {
+	if e.total > 0 {
 		jump, jumped = e.step(e.last, p)
 	}
+	e.add(p, jumped)
+	return jump, jumped
+}
+
+// add records p, a reading that jumped (or not) from the last one: a jump
+// starts the rate afresh.
+func (e *Estimator) add(p point, jumped bool) {
+	e.total++
 	if jumped {
 		e.jumps++
 		e.n, e.next, e.sums, e.rate = 0, 0, sums{}, rateFit{}
@@ -165,7 +176,6 @@ func (e *Estimator) observe(r Reading) (Jump, bool) {
 	if e.total == 1 || !p.recv.Before(e.last.recv) {
 		e.last = p
 	}
-	return jump, jumped
 }
 
 // point reduces r to numbers relative to the Estimator's origin, which
