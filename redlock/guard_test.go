@@ -250,6 +250,13 @@ func newNodeClock(c *cluster, i int, byExpiry bool) *nodeClock {
 	return nc
 }
 
+// onEachTransport runs test over the auto-pipeline and over the direct
+// transport, with the Options that pick each.
+func onEachTransport(t *testing.T, test func(t *testing.T, opts *redlock.Options)) {
+	t.Run("auto-pipeline", func(t *testing.T) { test(t, &redlock.Options{}) })
+	t.Run("direct", func(t *testing.T) { test(t, &redlock.Options{NoAutoPipeline: true}) })
+}
+
 // lockCycles takes and releases key n times, one at a time, and calls
 // after following each release.
 func lockCycles(t *testing.T, l *redlock.Locker, key string, n int, after func()) {
@@ -336,73 +343,68 @@ func TestClockJumpQuarantinesTheNode(t *testing.T) {
 // years off: it is examined, not counted as a jump. A marker that lost its
 // expiry is examined and given one again; a flushed node is quarantined.
 func TestGuardReadsTheClockFromTheMarkersExpiry(t *testing.T) {
-	for _, tr := range []struct {
-		name   string
-		noPipe bool
-	}{{"auto-pipeline", false}, {"direct", true}} {
-		t.Run(tr.name, func(t *testing.T) {
-			ctx := t.Context()
-			c := newCluster(t, 3)
-			var clocks []*nodeClock
-			for i := range c.servers {
-				clocks = append(clocks, newNodeClock(c, i, true))
-			}
-			l := newLocker(t, c.nodes(nil), &redlock.Options{NoAutoPipeline: tr.noPipe})
-			// Each release settled before the next acquisition: in a batch
-			// of its own.
-			cycles := func(n int) { t.Helper(); lockCycles(t, l, "k", n, func() { drain(t, l) }) }
-			cycles(5)
-			for _, nc := range clocks {
-				nc.reset()
-			}
-			cycles(20)
-			for i, nc := range clocks {
-				// An acquisition decided before its SET left for a node
-				// is withdrawn there, unsent: count the SETs.
-				assert.Positive(t, nc.count("set"), "node %d", i)
-				assert.GreaterOrEqual(t, nc.count("pttl"), nc.count("set"), "node %d: PTTL after each acquisition", i)
-				assert.Zero(t, nc.count("time"), "node %d", i)
-				assert.Zero(t, nc.count("get marker"), "node %d", i)
-				assert.Zero(t, nc.count("examine"), "node %d", i)
-			}
-			for i, h := range l.Health() {
-				assert.Equal(t, redlock.ClockByExpiry, h.ClockReadBy, "node %d", i)
-				assert.GreaterOrEqual(t, h.ClockSamples, 25, "node %d", i)
-				assert.Zero(t, h.ClockJumps, "node %d", i)
-			}
+	onEachTransport(t, func(t *testing.T, opts *redlock.Options) {
+		ctx := t.Context()
+		c := newCluster(t, 3)
+		var clocks []*nodeClock
+		for i := range c.servers {
+			clocks = append(clocks, newNodeClock(c, i, true))
+		}
+		l := newLocker(t, c.nodes(nil), opts)
+		// Each release settled before the next acquisition: in a batch
+		// of its own.
+		cycles := func(n int) { t.Helper(); lockCycles(t, l, "k", n, func() { drain(t, l) }) }
+		cycles(5)
+		for _, nc := range clocks {
+			nc.reset()
+		}
+		cycles(20)
+		for i, nc := range clocks {
+			// An acquisition decided before its SET left for a node
+			// is withdrawn there, unsent: count the SETs.
+			assert.Positive(t, nc.count("set"), "node %d", i)
+			assert.GreaterOrEqual(t, nc.count("pttl"), nc.count("set"), "node %d: PTTL after each acquisition", i)
+			assert.Zero(t, nc.count("time"), "node %d", i)
+			assert.Zero(t, nc.count("get marker"), "node %d", i)
+			assert.Zero(t, nc.count("examine"), "node %d", i)
+		}
+		for i, h := range l.Health() {
+			assert.Equal(t, redlock.ClockByExpiry, h.ClockReadBy, "node %d", i)
+			assert.GreaterOrEqual(t, h.ClockSamples, 25, "node %d", i)
+			assert.Zero(t, h.ClockJumps, "node %d", i)
+		}
 
-			other := newLocker(t, c.nodes(nil), nil)
-			require.NoError(t, other.TrustNodes(ctx)) // new markers, new expiries
-			for _, nc := range clocks {
-				nc.reset()
-			}
-			cycles(3)
-			for i, h := range l.Health() {
-				assert.Equal(t, 1, clocks[i].count("examine"), "node %d: the rewritten marker examined once", i)
-				assert.Zero(t, h.ClockJumps, "node %d: a new expiry is not a clock jump", i)
-				assert.Zero(t, h.QuarantineLeft, "node %d", i)
-				assert.Equal(t, redlock.ClockByExpiry, h.ClockReadBy, "node %d", i)
-			}
+		other := newLocker(t, c.nodes(nil), nil)
+		require.NoError(t, other.TrustNodes(ctx)) // new markers, new expiries
+		for _, nc := range clocks {
+			nc.reset()
+		}
+		cycles(3)
+		for i, h := range l.Health() {
+			assert.Equal(t, 1, clocks[i].count("examine"), "node %d: the rewritten marker examined once", i)
+			assert.Zero(t, h.ClockJumps, "node %d: a new expiry is not a clock jump", i)
+			assert.Zero(t, h.QuarantineLeft, "node %d", i)
+			assert.Equal(t, redlock.ClockByExpiry, h.ClockReadBy, "node %d", i)
+		}
 
-			value, err := c.servers[1].Get("redlock:memory")
-			require.NoError(t, err)
-			require.NoError(t, c.servers[1].Set("redlock:memory", value)) // the same marker, no expiry
-			clocks[1].reset()
-			cycles(3)
-			assert.Equal(t, 1, clocks[1].count("examine"), "a marker without an expiry is examined")
-			assert.Positive(t, c.servers[1].TTL("redlock:memory"), "and given one again")
-			assert.Equal(t, redlock.ClockByExpiry, l.Health()[1].ClockReadBy)
+		value, err := c.servers[1].Get("redlock:memory")
+		require.NoError(t, err)
+		require.NoError(t, c.servers[1].Set("redlock:memory", value)) // the same marker, no expiry
+		clocks[1].reset()
+		cycles(3)
+		assert.Equal(t, 1, clocks[1].count("examine"), "a marker without an expiry is examined")
+		assert.Positive(t, c.servers[1].TTL("redlock:memory"), "and given one again")
+		assert.Equal(t, redlock.ClockByExpiry, l.Health()[1].ClockReadBy)
 
-			c.servers[2].FlushAll()
-			lease, err := l.TryLock(ctx, "k", time.Second)
-			require.NoError(t, err, "nodes 0 and 1")
-			require.NoError(t, lease.Unlock(ctx))
-			drain(t, l) // node 2's vote, examined, may come after the decision
-			h := l.Health()[2]
-			assert.Greater(t, h.QuarantineLeft, 59*time.Second)
-			assert.Contains(t, h.QuarantineCause, "memory began")
-		})
-	}
+		c.servers[2].FlushAll()
+		lease, err := l.TryLock(ctx, "k", time.Second)
+		require.NoError(t, err, "nodes 0 and 1")
+		require.NoError(t, lease.Unlock(ctx))
+		drain(t, l) // node 2's vote, examined, may come after the decision
+		h := l.Health()[2]
+		assert.Greater(t, h.QuarantineLeft, 59*time.Second)
+		assert.Contains(t, h.QuarantineCause, "memory began")
+	})
 }
 
 // A node whose clock runs 5% fast (its keys expire 5% early) is measured, and
@@ -538,55 +540,50 @@ func TestLateHealingExtensionDoesNotOutliveTheRelease(t *testing.T) {
 // without a reconnect (a SCRIPT FLUSH, which loses no keys) is not looked
 // at, so it is the dial that sends the guard to look.
 func TestGuardChecksForANewProcessOnNewConnections(t *testing.T) {
-	for _, tr := range []struct {
-		name   string
-		noPipe bool
-	}{{"auto-pipeline", false}, {"direct", true}} {
-		t.Run(tr.name, func(t *testing.T) {
-			ctx := t.Context()
-			c := newCluster(t, 3)
-			m := c.servers[0]
-			var exists, examines atomic.Int32
-			count := func() {
-				m.Server().SetPreHook(func(_ *server.Peer, cmd string, args ...string) bool {
-					switch {
-					case strings.EqualFold(cmd, "script") && len(args) > 0 && strings.EqualFold(args[0], "exists"):
-						exists.Add(1)
-					case (strings.EqualFold(cmd, "evalsha") || strings.EqualFold(cmd, "eval")) && len(args) > 2 && args[2] == "redlock:memory":
-						examines.Add(1)
-					}
-					return false
-				})
-			}
-			count()
-			l := newLocker(t, c.nodes(nil), &redlock.Options{NoAutoPipeline: tr.noPipe})
-			// Each release settled before the next acquisition: in a batch
-			// of its own.
-			cycles := func(n int) { t.Helper(); lockCycles(t, l, "k", n, func() { drain(t, l) }) }
-			cycles(5) // first contact: examined; the connections dialed
-			exists.Store(0)
-			examines.Store(0)
-			cycles(20)
-			require.Zero(t, exists.Load(), "SCRIPT EXISTS though the client dialed nothing since the last check")
-			require.Zero(t, examines.Load())
+	onEachTransport(t, func(t *testing.T, opts *redlock.Options) {
+		ctx := t.Context()
+		c := newCluster(t, 3)
+		m := c.servers[0]
+		var exists, examines atomic.Int32
+		count := func() {
+			m.Server().SetPreHook(func(_ *server.Peer, cmd string, args ...string) bool {
+				switch {
+				case strings.EqualFold(cmd, "script") && len(args) > 0 && strings.EqualFold(args[0], "exists"):
+					exists.Add(1)
+				case (strings.EqualFold(cmd, "evalsha") || strings.EqualFold(cmd, "eval")) && len(args) > 2 && args[2] == "redlock:memory":
+					examines.Add(1)
+				}
+				return false
+			})
+		}
+		count()
+		l := newLocker(t, c.nodes(nil), opts)
+		// Each release settled before the next acquisition: in a batch
+		// of its own.
+		cycles := func(n int) { t.Helper(); lockCycles(t, l, "k", n, func() { drain(t, l) }) }
+		cycles(5) // first contact: examined; the connections dialed
+		exists.Store(0)
+		examines.Store(0)
+		cycles(20)
+		require.Zero(t, exists.Load(), "SCRIPT EXISTS though the client dialed nothing since the last check")
+		require.Zero(t, examines.Load())
 
-			other := newClient(t, m.Addr()) // not the node's client: its dials do not count
-			require.NoError(t, other.ScriptFlush(ctx).Err())
-			cycles(5)
-			require.Zero(t, exists.Load(), "the same connections lead to the same process")
-			require.Zero(t, examines.Load())
+		other := newClient(t, m.Addr()) // not the node's client: its dials do not count
+		require.NoError(t, other.ScriptFlush(ctx).Err())
+		cycles(5)
+		require.Zero(t, exists.Load(), "the same connections lead to the same process")
+		require.Zero(t, examines.Load())
 
-			m.Close()
-			require.NoError(t, m.Restart())
-			count()
-			require.NoError(t, other.ScriptFlush(ctx).Err()) // a new process: its cache is empty
-			cycles(5)
-			require.Positive(t, exists.Load(), "SCRIPT EXISTS on the new connections")
-			require.Positive(t, examines.Load(), "the new process's empty cache sends the guard to examine the node")
-			exists.Store(0)
-			examines.Store(0)
-			cycles(5)
-			require.Zero(t, examines.Load(), "examined once")
-		})
-	}
+		m.Close()
+		require.NoError(t, m.Restart())
+		count()
+		require.NoError(t, other.ScriptFlush(ctx).Err()) // a new process: its cache is empty
+		cycles(5)
+		require.Positive(t, exists.Load(), "SCRIPT EXISTS on the new connections")
+		require.Positive(t, examines.Load(), "the new process's empty cache sends the guard to examine the node")
+		exists.Store(0)
+		examines.Store(0)
+		cycles(5)
+		require.Zero(t, examines.Load(), "examined once")
+	})
 }
