@@ -242,19 +242,20 @@ func (g *guard) companions(ctx context.Context, marker string) companions {
 	return c
 }
 
-// queue adds the companions to pipe.
-func (c *companions) queue(ctx context.Context, pipe redis.Pipeliner) {
+// appendTo appends the companions to cmds, in the order they are sent.
+func (c *companions) appendTo(cmds []redis.Cmder) []redis.Cmder {
 	if c.pttl != nil {
-		_ = pipe.Process(ctx, c.pttl)
+		cmds = append(cmds, c.pttl)
 	} else {
-		_ = pipe.Process(ctx, c.get)
+		cmds = append(cmds, c.get)
 	}
 	if c.exists != nil {
-		_ = pipe.Process(ctx, c.exists)
+		cmds = append(cmds, c.exists)
 	}
 	if c.time != nil {
-		_ = pipe.Process(ctx, c.time)
+		cmds = append(cmds, c.time)
 	}
+	return cmds
 }
 
 // judge reads the companions of a round trip sent at sent and answered at

@@ -47,7 +47,8 @@ func (n node) sendPaired(ctx context.Context, c command, w *waitSpec, g *guard) 
 		var comp companions
 		if g != nil {
 			comp = g.companions(ctx, g.markerFor(c.key))
-			comp.queue(ctx, pipe)
+			var cmds [3]redis.Cmder
+			_ = pipe.BatchProcess(ctx, comp.appendTo(cmds[:0])...)
 		}
 		var wait *redis.Cmd
 		if w != nil {

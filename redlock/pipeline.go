@@ -57,6 +57,7 @@ import (
 //     never leaves a key that was not yet sent.
 type pipeline struct {
 	client     *redis.Client
+	pipes      sync.Pool     // of *batchPipe: go-redis pipelines to reuse
 	wait       *waitSpec     // WAIT after batches with writes to replicate; nil: none
 	guard      *guard        // the node guard, whose companions follow batches with guarded commands; nil: none
 	stallAfter time.Duration // a batch in flight this long means the node stopped answering; 0: never
@@ -340,17 +341,19 @@ func (p *pipeline) exec(batch []job) {
 	if len(batch) == 1 && wait == nil && !guarded { // a lone command: go-redis's plain path costs less
 		_ = p.client.Process(ctx, batch[0].cmd)
 	} else {
-		pipe := p.client.Pipeline()
+		b := p.batchPipe()
 		for i := range batch {
-			_ = pipe.Process(ctx, batch[i].cmd)
+			b.cmds = append(b.cmds, batch[i].cmd)
 		}
 		if guarded {
-			comp.queue(ctx, pipe)
+			b.cmds = comp.appendTo(b.cmds)
 		}
 		if wait != nil {
-			_ = pipe.Process(ctx, wait)
+			b.cmds = append(b.cmds, wait)
 		}
-		_, _ = pipe.Exec(ctx)
+		_ = b.pipe.BatchProcess(ctx, b.cmds...)
+		_, _ = b.pipe.Exec(ctx)
+		p.putPipe(b)
 	}
 	received := time.Now()
 
@@ -419,6 +422,31 @@ func (p *pipeline) exec(batch []job) {
 	for i := range batch {
 		batch[i].deliver()
 	}
+}
+
+// batchPipe is a go-redis pipeline kept for the next batch, with the slice
+// a batch's commands are gathered in. Why: a lone guarded command (one
+// caller, the common case) needs a pipeline for its companions, and a new
+// one per batch costs a handful of allocations on the hot path; Exec leaves
+// a pipeline empty and ready for reuse.
+type batchPipe struct {
+	pipe redis.Pipeliner
+	cmds []redis.Cmder
+}
+
+// batchPipe returns a pipeline to send one batch on, empty.
+func (p *pipeline) batchPipe() *batchPipe {
+	if b, ok := p.pipes.Get().(*batchPipe); ok {
+		return b
+	}
+	return &batchPipe{pipe: p.client.Pipeline()}
+}
+
+// putPipe keeps b, sent, for another batch, holding no command.
+func (p *pipeline) putPipe(b *batchPipe) {
+	clear(b.cmds)
+	b.cmds = b.cmds[:0]
+	p.pipes.Put(b)
 }
 
 // guards reports whether a batch holds a command the node guard judges.
