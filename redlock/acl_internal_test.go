@@ -6,12 +6,6 @@ import (
 	"testing"
 )
 
-// serverError is a reply error as go-redis gives it (redis.Error).
-type serverError string
-
-func (e serverError) Error() string { return string(e) }
-func (serverError) RedisError()     {}
-
 // Each server's wording of an ACL refusal is one; other errors are not.
 func TestDeniedByACL(t *testing.T) {
 	for text, want := range map[string]bool{

@@ -99,10 +99,14 @@ const (
 
 // job is one queued command and where its reply goes.
 type job struct {
-	cmd   *redis.Cmd
-	key   string // the key whose order it keeps
-	lease string // the lease's value, for withdraw
-	role  role
+	cmd *redis.Cmd
+	// raw: send the command as this RawCmd and set its reply on cmd (see
+	// rawreply.go); nil: send cmd. Set by exec.
+	raw      *redis.RawCmd
+	readsRaw bool   // its reply is read raw (command.readsRaw)
+	key      string // the key whose order it keeps
+	lease    string // the lease's value, for withdraw
+	role     role
 	// replicate: the batch's WAIT must acknowledge it for a grant to count;
 	// notReplicated is the WAIT's verdict, set before delivery.
 	replicate     bool
@@ -337,13 +341,18 @@ func (p *pipeline) exec(batch []job) {
 	if guarded {
 		comp = p.guard.companions(ctx, markerKey)
 	}
+	for i := range batch {
+		if batch[i].readsRaw {
+			batch[i].raw = redis.NewRawCmd(ctx, batch[i].cmd.Args()...)
+		}
+	}
 	sent := time.Now()
 	if len(batch) == 1 && wait == nil && !guarded { // a lone command: go-redis's plain path costs less
-		_ = p.client.Process(ctx, batch[0].cmd)
+		_ = p.client.Process(ctx, batch[0].sent())
 	} else {
 		b := p.batchPipe()
 		for i := range batch {
-			b.cmds = append(b.cmds, batch[i].cmd)
+			b.cmds = append(b.cmds, batch[i].sent())
 		}
 		if guarded {
 			b.cmds = comp.appendTo(b.cmds)
@@ -356,6 +365,12 @@ func (p *pipeline) exec(batch []job) {
 		p.putPipe(b)
 	}
 	received := time.Now()
+	for i := range batch {
+		if j := &batch[i]; j.raw != nil {
+			setRaw(j.cmd, j.raw)
+			j.raw = nil
+		}
+	}
 
 	// A node that lost its script cache (a restart, SCRIPT FLUSH) answers
 	// EVALSHA with NOSCRIPT, and the commands behind it on the same key have
@@ -468,6 +483,14 @@ func replicates(batch []job) bool {
 		}
 	}
 	return false
+}
+
+// sent is the command that carries j: its RawCmd, or its Cmd.
+func (j *job) sent() redis.Cmder {
+	if j.raw != nil {
+		return j.raw
+	}
+	return j.cmd
 }
 
 // anew returns j's command to send again: a script in full (EVAL), anything
