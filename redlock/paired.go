@@ -48,7 +48,9 @@ func (n node) sendPaired(ctx context.Context, c command, w *waitSpec, g *guard) 
 		if g != nil {
 			comp = g.companions(ctx, g.markerFor(c.key))
 			var cmds [3]redis.Cmder
-			_ = pipe.BatchProcess(ctx, comp.appendTo(cmds[:0])...)
+			for _, c := range comp.appendTo(cmds[:0]) {
+				_ = pipe.Process(ctx, c)
+			}
 		}
 		var wait *redis.Cmd
 		if w != nil {
