@@ -25,9 +25,9 @@ import (
 //
 // What changes: go-redis does not see a server's error reply to these
 // commands as an error, so it does not retry them on LOADING, TRYAGAIN and
-// the like (network errors it retries as before). A vote has NodeTimeout
-// (50 ms by default) and go-redis's backoff starts at 8 ms, so a retry
-// rarely came in time; the vote fails at once instead.
+// the like (network errors it retries as before): that node's vote fails
+// at once, where go-redis would have waited its backoff (8 ms and up) within
+// NodeTimeout, and Lock's own retries try again after RetryDelay.
 
 // readsRaw reports whether c's reply is read raw: a plain command (not a
 // script) that answers nil on success, which is an acquisition's SET.
