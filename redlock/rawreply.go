@@ -20,8 +20,10 @@ import (
 // So the auto-pipeline sends such commands as a redis.RawCmd, whose reply
 // go-redis reads as bytes and never takes for an error, and sets the reply
 // on the job's *redis.Cmd itself (setRaw): nil as redis.Nil, a value as the
-// value, and an error reply as the error go-redis would have made of it. The
-// readers see the same *redis.Cmd either way.
+// value, and an error reply as an error of go-redis's own reply type with
+// the same text (go-redis gives a few, such as READONLY, types of their
+// own; its Is... helpers recognize either). The readers see the same
+// *redis.Cmd either way.
 //
 // What changes: go-redis does not see a server's error reply to these
 // commands as an error, so it does not retry them on LOADING, TRYAGAIN and
@@ -104,9 +106,9 @@ func cutCRLF(line []byte) (head, rest []byte, found bool) {
 // type of redis.Nil), whose package is internal to go-redis.
 var redisErrorType = reflect.TypeOf(redis.Nil)
 
-// serverError is the error go-redis makes of a server's error reply msg,
-// of its own type, so that redis.HasErrorPrefix, redis.IsReadOnlyError and
-// the like see it as they would have.
+// serverError is a server's error reply msg as an error of go-redis's own
+// reply type, so that redis.HasErrorPrefix, redis.IsReadOnlyError and the
+// like see it as they would have.
 func serverError(msg string) error {
 	v := reflect.New(redisErrorType).Elem()
 	v.SetString(msg)
