@@ -315,7 +315,10 @@ func (l *Locker) fanOut(ctx context.Context, f fan, c command, read reader) *quo
 		if wire == nil {
 			wire = c.wire()
 		}
-		j := job{cmd: redis.NewCmd(ctx, wire...), readsRaw: c.readsRaw(), key: c.key, lease: c.lease, role: c.role, replicate: c.replicate && l.wait != nil, guarded: c.guarded && n.guard != nil, timeout: f.timeout, src: c.source(), round: round, node: i, read: read, calls: &l.inflight, stats: n.stats}
+		j := job{cmd: redis.NewCmd(ctx, wire...), key: c.key, lease: c.lease, role: c.role, replicate: c.replicate && l.wait != nil, guarded: c.guarded && n.guard != nil, timeout: f.timeout, src: c.source(), round: round, node: i, read: read, calls: &l.inflight, stats: n.stats}
+		if c.readsRaw() {
+			j.raw = redis.NewRawCmd(ctx, wire...)
+		}
 		if !n.pipe.submit(j) {
 			settle(round, &l.inflight, i, Failed, errNodeBusy)
 		}

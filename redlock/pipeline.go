@@ -100,13 +100,12 @@ const (
 // job is one queued command and where its reply goes.
 type job struct {
 	cmd *redis.Cmd
-	// raw: send the command as this RawCmd and set its reply on cmd (see
-	// rawreply.go); nil: send cmd. Set by exec.
-	raw      *redis.RawCmd
-	readsRaw bool   // its reply is read raw (command.readsRaw)
-	key      string // the key whose order it keeps
-	lease    string // the lease's value, for withdraw
-	role     role
+	// raw, if set, carries the command instead of cmd, and exec sets its
+	// reply on cmd (see rawreply.go).
+	raw   *redis.RawCmd
+	key   string // the key whose order it keeps
+	lease string // the lease's value, for withdraw
+	role  role
 	// replicate: the batch's WAIT must acknowledge it for a grant to count;
 	// notReplicated is the WAIT's verdict, set before delivery.
 	replicate     bool
@@ -341,18 +340,13 @@ func (p *pipeline) exec(batch []job) {
 	if guarded {
 		comp = p.guard.companions(ctx, markerKey)
 	}
-	for i := range batch {
-		if batch[i].readsRaw {
-			batch[i].raw = redis.NewRawCmd(ctx, batch[i].cmd.Args()...)
-		}
-	}
 	sent := time.Now()
 	if len(batch) == 1 && wait == nil && !guarded { // a lone command: go-redis's plain path costs less
-		_ = p.client.Process(ctx, batch[0].sent())
+		_ = p.client.Process(ctx, batch[0].outgoing())
 	} else {
 		b := p.batchPipe()
 		for i := range batch {
-			b.cmds = append(b.cmds, batch[i].sent())
+			b.cmds = append(b.cmds, batch[i].outgoing())
 		}
 		if guarded {
 			b.cmds = comp.appendTo(b.cmds)
@@ -368,7 +362,6 @@ func (p *pipeline) exec(batch []job) {
 	for i := range batch {
 		if j := &batch[i]; j.raw != nil {
 			setRaw(j.cmd, j.raw)
-			j.raw = nil
 		}
 	}
 
@@ -485,8 +478,8 @@ func replicates(batch []job) bool {
 	return false
 }
 
-// sent is the command that carries j: its RawCmd, or its Cmd.
-func (j *job) sent() redis.Cmder {
+// outgoing is the command that carries j: its RawCmd, or its Cmd.
+func (j *job) outgoing() redis.Cmder {
 	if j.raw != nil {
 		return j.raw
 	}

@@ -34,7 +34,8 @@ func (h *pipelineCounter) DialHook(next redis.DialHook) redis.DialHook { return 
 
 func (h *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if _, ours := cmd.(*redis.Cmd); ours { // not the test's own LRange, Ping...
+		switch cmd.(type) {
+		case *redis.Cmd, *redis.RawCmd: // the pipeline's, not the test's own LRange, Ping...
 			h.record(cmd.Name(), 1)
 		}
 		return next(ctx, cmd)

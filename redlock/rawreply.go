@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"reflect"
@@ -75,7 +76,7 @@ func parseScalar(b []byte) (any, error) {
 		}
 		return n, nil
 	case '$', '!': // a bulk string; a RESP3 bulk error
-		head, data, ok := cutCRLF(line)
+		head, data, ok := bytes.Cut(line, crlf)
 		n, err := strconv.Atoi(string(head))
 		switch {
 		case err != nil:
@@ -92,15 +93,7 @@ func parseScalar(b []byte) (any, error) {
 	return nil, fmt.Errorf("redlock: unexpected reply %q to a command whose reply is a string", b)
 }
 
-// cutCRLF splits line at its first CRLF.
-func cutCRLF(line []byte) (head, rest []byte, found bool) {
-	for i := 0; i+1 < len(line); i++ {
-		if line[i] == '\r' && line[i+1] == '\n' {
-			return line[:i], line[i+2:], true
-		}
-	}
-	return line, nil, false
-}
+var crlf = []byte("\r\n")
 
 // redisErrorType is the type go-redis gives the server's error replies (the
 // type of redis.Nil), whose package is internal to go-redis.
