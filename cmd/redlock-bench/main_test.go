@@ -234,7 +234,8 @@ func TestSpawnCleansUp(t *testing.T) {
 
 // -server chooses the binary -spawn starts, and the output names the server
 // and version it reports: the host's redis-server, and every server that
-// scripts/fetch-redis-server.sh has unpacked here (Redis 8.0, Valkey 8.1).
+// scripts/fetch-redis-server.sh has unpacked here (Redis 8.0, Valkey 8.1);
+// the Locker's Health is printed before and after the run, for each.
 func TestSpawnServer(t *testing.T) {
 	host, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -261,6 +262,26 @@ func TestSpawnServer(t *testing.T) {
 		if !strings.Contains(out, bin+", "+want) || !strings.Contains(out, " 0 errors") {
 			t.Errorf("-server %s: want it named with %q, and no errors:\n%s", bin, want, out)
 		}
+		checkHealthTables(t, out, strings.Fields(want)[1])
+	}
+}
+
+// checkHealthTables checks the Locker's Health as a spawned run prints it:
+// before the run, and after it with node 0's clock read (once per batch),
+// no failure, no quarantine, no jump, on a master of the given version.
+func checkHealthTables(t *testing.T, out, version string) {
+	t.Helper()
+	before := strings.Index(out, "redlock: node health before the run")
+	after := strings.Index(out, "redlock: node health after the run")
+	if before < 0 || after < before {
+		t.Fatalf("no Health before and after the run:\n%s", out)
+	}
+	row := regexp.MustCompile(`node 0 \(127\.0\.0\.1:\d+\)\s+\S+\s+0\s+-\s+\S+\s+0\s+(\d+)\s+(.+?)\s+master`).FindStringSubmatch(out[after:])
+	if row == nil {
+		t.Fatalf("no healthy node 0 row after the run:\n%s", out[after:])
+	}
+	if readings, _ := strconv.Atoi(row[1]); readings < 1 || !strings.Contains(row[2], version) {
+		t.Errorf("node 0 after 20 cycles: %s clock readings on server %s; want some on %s", row[1], row[2], version)
 	}
 }
 
