@@ -50,10 +50,11 @@ import (
 // keys. Elsewhere (a server that does not say its uptime, as miniredis,
 // whose TTLs need not follow its TIME; one without PEXPIRETIME; a cluster
 // node) the companions are GET of the marker and TIME (not on a cluster
-// node). SCRIPT EXISTS of the examine script joins them when the node's
-// client has dialed a connection since the guard last checked (a new server
-// process can only be reached through a new connection: see dials.go;
-// cluster nodes and wrappers send it every time). The auto-pipeline sends
+// node). SCRIPT EXISTS joins them in every guarded batch: of the copy of
+// the examine script whose run examined the marker, which only the server
+// process where it ran has cached, so that a new process (which may have
+// loaded an old snapshot, marker and all) is examined before its votes
+// count, however the node is reached (see proof.go). The auto-pipeline sends
 // one set per batch, however many commands the batch carries.
 //
 // The decision is the client's: the lock commands stay plain SET NX and the
@@ -65,10 +66,9 @@ import (
 // the one it examined last (its value, or its expiry: a clock reading that
 // does not fit the node's clock so far is examined too, and the
 // examination's TIME tells a jump from a rewritten marker), or the examine
-// script is no longer cached on the node (a new server process, which may
-// have loaded an old snapshot), or a batch may have reached the node on a
-// connection dialed since the last check without SCRIPT EXISTS, or this
-// Locker has not examined the node yet.
+// script copy that examined it is no longer cached on the node (a new
+// server process, which may have loaded an old snapshot), or this Locker
+// has not examined the node yet.
 //
 // Order matters: the companions follow the guarded commands on one
 // connection, so a marker read intact after a SET proves that the memory
@@ -153,12 +153,9 @@ type guard struct {
 	clock   *drift.Estimator // nil: not measured (a Redis Cluster node)
 	cluster bool
 
-	// dials counts the client's dials (nil: a cluster node or a wrapper,
-	// whose every guarded batch carries SCRIPT EXISTS). vouched is one more
-	// than the dial count up to which every connection leads to a server
-	// process that was examined, or a dead one (see dials.go).
-	dials   *dialWatch
-	vouched atomic.Uint64
+	// examined runs the node's examinations and keeps the copies of the
+	// examine script that proved them (see proof.go).
+	examined examinations
 
 	// expiry is the absolute expiry (Unix ms) of the marker of a standalone
 	// node, as last examined, when the node's key expiry follows its TIME:
@@ -169,6 +166,10 @@ type guard struct {
 	// or one whose TTLs do not follow its clock).
 	expiry atomic.Int64
 
+	// standalone is the proof of markerKey's state (nil: none), read by
+	// every batch's companions without taking mu.
+	standalone atomic.Pointer[examination]
+
 	mu       sync.Mutex
 	memory   map[string]memoryState // by marker key
 	jumpEnd  time.Time              // a jump's quarantine ends (zero: none)
@@ -177,13 +178,14 @@ type guard struct {
 
 // memoryState is what the last examination of one marker found.
 type memoryState struct {
-	marker  string    // the marker's value
-	expiry  int64     // its absolute expiry read by PTTL (see guard.expiry); 0: none
-	clearAt time.Time // the memory has been whole for MaxTTL from then on
+	marker  string       // the marker's value
+	expiry  int64        // its absolute expiry read by PTTL (see guard.expiry); 0: none
+	clearAt time.Time    // the memory has been whole for MaxTTL from then on
+	proof   *examination // the copy of the examine script that examined it (see proof.go)
 }
 
-func newGuard(o *Options, cluster bool, dials *dialWatch) *guard {
-	g := &guard{maxTTL: o.MaxTTL, bound: o.bound(), now: o.Clock, cluster: cluster, dials: dials, memory: map[string]memoryState{}}
+func newGuard(o *Options, cluster bool) *guard {
+	g := &guard{maxTTL: o.MaxTTL, bound: o.bound(), now: o.Clock, cluster: cluster, memory: map[string]memoryState{}}
 	if !cluster {
 		g.clock = drift.NewEstimator(g.bound)
 	}
@@ -200,32 +202,42 @@ func (g *guard) markerFor(key string) string {
 
 // companions are the guard's commands that follow guarded commands in one
 // pipeline: PTTL of the marker (pttl), or GET of the marker and TIME; and
-// SCRIPT EXISTS after a dial.
+// SCRIPT EXISTS of the copy of the examine script that proved the marker's
+// state (see proof.go).
 type companions struct {
 	marker string
-	pttl   *redis.IntCmd       // nil: get (and time) instead
-	expiry int64               // the marker's absolute expiry pttl is read against
-	get    *redis.StringCmd    // nil: pttl instead
-	exists *redis.BoolSliceCmd // nil: no dial since the last check (see dials.go)
-	time   *redis.TimeCmd      // nil: the clock is read by pttl, or not measured
-	dials  uint64              // the client's dial count before the send
+	pttl   *redis.IntCmd    // nil: get (and time) instead
+	expiry int64            // the marker's absolute expiry pttl is read against
+	get    *redis.StringCmd // nil: pttl instead
+	exists *redis.BoolSliceCmd
+	proof  *examination   // what exists asks of; nil: never examined, and judge examines
+	time   *redis.TimeCmd // nil: the clock is read by pttl, or not measured
 }
 
 // The companions' arguments, which every call shares (nothing writes them).
 var (
 	pttlMarkerArgs = []any{"pttl", markerKey}
 	getMarkerArgs  = []any{"get", markerKey}
-	existsArgs     = []any{"script", "exists", examineScript.Hash()}
 	timeArgs       = []any{"time"}
+	// unprovenExistsArgs asks of the examine script itself, no copy's proof.
+	unprovenExistsArgs = []any{"script", "exists", examineScript.Hash()}
 )
 
 func (g *guard) companions(ctx context.Context, marker string) companions {
 	c := companions{marker: marker}
-	if g.dials != nil {
-		c.dials = g.dials.count()
+	if marker == markerKey {
+		c.proof = g.standalone.Load()
+	} else {
+		g.mu.Lock()
+		c.proof = g.memory[marker].proof
+		g.mu.Unlock()
 	}
-	if g.dials == nil || g.vouched.Load() <= c.dials {
-		c.exists = redis.NewBoolSliceCmd(ctx, existsArgs...)
+	if c.proof != nil {
+		c.exists = redis.NewBoolSliceCmd(ctx, c.proof.existsArgs...)
+	} else {
+		// Nothing to prove yet, but a user whose ACL lacks SCRIPT EXISTS
+		// hears of it at first use.
+		c.exists = redis.NewBoolSliceCmd(ctx, unprovenExistsArgs...)
 	}
 	if at := g.expiry.Load(); at > 0 && marker == markerKey {
 		c.pttl, c.expiry = redis.NewIntCmd(ctx, pttlMarkerArgs...), at
@@ -296,21 +308,16 @@ func (g *guard) judge(ctx context.Context, ex redis.Scripter, c companions, sent
 			known = false
 		}
 	}
-	if c.exists == nil {
-		// No SCRIPT EXISTS: the connections dialed before the send are
-		// vouched for. A dial since may have carried this batch to a new
-		// process, which an examination settles.
-		suspect = suspect || g.dials.count() != c.dials
-	} else {
-		cached, err := c.exists.Result()
-		switch {
-		case err != nil:
-			return existsError(err)
-		case len(cached) != 1 || !cached[0]:
-			known = false
-		default:
-			g.vouch(c.dials)
-		}
+	cached, err := c.exists.Result()
+	switch {
+	case err != nil:
+		return existsError(err)
+	case c.proof == nil:
+		known = false // never examined
+	case len(cached) != 1 || !cached[0]:
+		known = false // another process, or a flushed script cache
+	case state.proof != c.proof:
+		known = false // examined again since the companions left
 	}
 	if !known || suspect {
 		var err error
@@ -365,26 +372,18 @@ func (g *guard) verdictAt(state memoryState, now time.Time) error {
 // examine runs examine.lua on the node through ex and records what it
 // found: when the node's memory began, in this process's time.
 func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (memoryState, error) {
-	var dials uint64
-	run := examineScript.Run // EVALSHA, then EVAL after NOSCRIPT
-	if g.dials != nil {
-		// Batches leave SCRIPT EXISTS out once the node is vouched for, so
-		// a user whose ACL lacks it would first hear of it after a
-		// reconnect: ask here, where every Locker begins. Its answer also
-		// spares the EVALSHA that NOSCRIPT would refuse.
-		dials = g.dials.count()
-		cached, err := ex.ScriptExists(ctx, examineScript.Hash()).Result()
-		if err != nil {
-			return memoryState{}, existsError(err)
-		}
-		if len(cached) == 1 && !cached[0] {
-			run = examineScript.Eval
-		}
-	}
 	sent := time.Now()
-	res, err := run(ctx, ex, []string{marker}, markerExpiry()).Slice()
+	res, proof, err := g.examined.run(ctx, ex, marker, markerExpiry())
 	received := time.Now()
 	if err != nil {
+		// Whatever this Locker knew of the marker is stale now: the next
+		// batch examines again.
+		g.mu.Lock()
+		delete(g.memory, marker)
+		if marker == markerKey {
+			g.standalone.Store(nil)
+		}
+		g.mu.Unlock()
 		return memoryState{}, fmt.Errorf("redlock: the guard's examine script (it calls %s on %s): %w", examineScript.calls, marker, denied("the guard's examine script", err))
 	}
 	value, nodeNow, expiry, err := parseExamined(res)
@@ -395,7 +394,7 @@ func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (
 	if err != nil {
 		return memoryState{}, fmt.Errorf("redlock: the guard's marker %q holds %q, not \"<ms> <run_id>\"", marker, value)
 	}
-	state := memoryState{marker: value}
+	state := memoryState{marker: value, proof: proof}
 	if left := time.UnixMilli(began).Add(g.maxTTL).Sub(nodeNow); left > 0 {
 		// The node's keys expire by its clock, which may run slow: allow
 		// the drift bound on top.
@@ -412,8 +411,10 @@ func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (
 	if g.clock != nil {
 		g.expiry.Store(state.expiry)
 	}
+	if marker == markerKey {
+		g.standalone.Store(proof)
+	}
 	g.mu.Unlock()
-	g.vouch(dials)
 	return state, nil
 }
 
@@ -435,21 +436,6 @@ func (e markerExpiryRead) follows(start time.Time) bool {
 	}
 	read := time.UnixMilli(e.at - e.pttl)
 	return !read.Before(start.Add(-expiryAgreement)) && !read.After(e.end.Add(expiryAgreement))
-}
-
-// vouch records that the server process behind the connections dialed up
-// to count dials was examined (the examine script is in its cache), or has
-// died (see dials.go).
-func (g *guard) vouch(dials uint64) {
-	if g.dials == nil {
-		return
-	}
-	for {
-		v := g.vouched.Load()
-		if v > dials || g.vouched.CompareAndSwap(v, dials+1) {
-			return
-		}
-	}
 }
 
 // parseExamined reads examine.lua's reply {marker, seconds, microseconds,

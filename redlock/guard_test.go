@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -180,11 +181,20 @@ type examineCounter struct {
 	n *atomic.Int32
 }
 
+// EvalSha counts an examination that ran: NOSCRIPT is followed by an Eval.
 func (e *examineCounter) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	cmd := e.Node.EvalSha(ctx, sha, keys, args...)
+	if keys[0] == "redlock:memory" && !redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		e.n.Add(1)
+	}
+	return cmd
+}
+
+func (e *examineCounter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
 	if keys[0] == "redlock:memory" {
 		e.n.Add(1)
 	}
-	return e.Node.EvalSha(ctx, sha, keys, args...)
+	return e.Node.Eval(ctx, script, keys, args...)
 }
 
 // nodeClock is a node's clock for TIME (a miniredis pre-hook): it follows
@@ -531,59 +541,66 @@ func TestLateHealingExtensionDoesNotOutliveTheRelease(t *testing.T) {
 	assert.Empty(t, c.holding("k", lease.Value()), "a late extension set the key again after the release")
 }
 
-// The guard's check for a new server process (SCRIPT EXISTS of its examine
-// script) rides only on batches after the node's client dialed: a process's
-// connections die with it, so only a new connection can lead to a new
-// process (dials.go). A restart that kept the memory (miniredis keeps it, as
-// an RDB snapshot or AOF would) with an empty script cache is seen on the
-// first batch after the reconnect. The control: the same emptied cache
-// without a reconnect (a SCRIPT FLUSH, which loses no keys) is not looked
-// at, so it is the dial that sends the guard to look.
-func TestGuardChecksForANewProcessOnNewConnections(t *testing.T) {
-	onEachTransport(t, func(t *testing.T, opts *redlock.Options) {
-		ctx := t.Context()
-		c := newCluster(t, 3)
-		m := c.servers[0]
-		var exists, examines atomic.Int32
-		count := func() {
-			m.Server().SetPreHook(func(_ *server.Peer, cmd string, args ...string) bool {
-				switch {
-				case strings.EqualFold(cmd, "script") && len(args) > 0 && strings.EqualFold(args[0], "exists"):
-					exists.Add(1)
-				case (strings.EqualFold(cmd, "evalsha") || strings.EqualFold(cmd, "eval")) && len(args) > 2 && args[2] == "redlock:memory":
-					examines.Add(1)
+// The guard's check for a new server process rides in every guarded batch,
+// however the node is reached: SCRIPT EXISTS of the copy of the examine
+// script whose run examined the node, which only that server process has
+// cached (proof.go). A restart that kept the memory (miniredis keeps it, as
+// an RDB snapshot or AOF would) with an empty script cache is examined at
+// the first batch after it, and so is a SCRIPT FLUSH on the same
+// connections. A node given as a WithTimeout clone (whose own dial hooks
+// never run: it dials through its parent's pool) is checked alike.
+func TestGuardChecksForANewProcessInEveryBatch(t *testing.T) {
+	for _, clone := range []bool{false, true} {
+		t.Run(fmt.Sprintf("clone=%v", clone), func(t *testing.T) {
+			onEachTransport(t, func(t *testing.T, opts *redlock.Options) {
+				ctx := t.Context()
+				c := newCluster(t, 3)
+				m := c.servers[0]
+				var exists, examines atomic.Int32
+				count := func() {
+					m.Server().SetPreHook(func(_ *server.Peer, cmd string, args ...string) bool {
+						switch {
+						case strings.EqualFold(cmd, "script") && len(args) > 0 && strings.EqualFold(args[0], "exists"):
+							exists.Add(1)
+						case (strings.EqualFold(cmd, "evalsha") || strings.EqualFold(cmd, "eval")) && len(args) > 2 && args[2] == "redlock:memory":
+							examines.Add(1)
+						}
+						return false
+					})
 				}
-				return false
+				count()
+				l := newLocker(t, c.nodes(func(_ int, n redlock.Node) redlock.Node {
+					if clone {
+						return n.(*redis.Client).WithTimeout(5 * time.Second)
+					}
+					return n
+				}), opts)
+				// Each release settled before the next acquisition: in a batch
+				// of its own.
+				cycles := func(n int) { t.Helper(); lockCycles(t, l, "k", n, func() { drain(t, l) }) }
+				cycles(5) // first contact: examined
+				exists.Store(0)
+				examines.Store(0)
+				cycles(20)
+				require.EqualValues(t, 20, exists.Load(), "one SCRIPT EXISTS per acquisition (its release is not guarded)")
+				require.Zero(t, examines.Load())
+
+				other := newClient(t, m.Addr())
+				require.NoError(t, other.ScriptFlush(ctx).Err())
+				cycles(5)
+				require.Positive(t, examines.Load(), "a flushed cache is examined, on the same connections too")
+				examines.Store(0)
+
+				m.Close()
+				require.NoError(t, m.Restart())
+				count()
+				require.NoError(t, other.ScriptFlush(ctx).Err()) // a new process: its cache is empty
+				cycles(5)
+				require.Positive(t, examines.Load(), "the new process's empty cache sends the guard to examine the node")
+				examines.Store(0)
+				cycles(5)
+				require.Zero(t, examines.Load(), "examined once")
 			})
-		}
-		count()
-		l := newLocker(t, c.nodes(nil), opts)
-		// Each release settled before the next acquisition: in a batch
-		// of its own.
-		cycles := func(n int) { t.Helper(); lockCycles(t, l, "k", n, func() { drain(t, l) }) }
-		cycles(5) // first contact: examined; the connections dialed
-		exists.Store(0)
-		examines.Store(0)
-		cycles(20)
-		require.Zero(t, exists.Load(), "SCRIPT EXISTS though the client dialed nothing since the last check")
-		require.Zero(t, examines.Load())
-
-		other := newClient(t, m.Addr()) // not the node's client: its dials do not count
-		require.NoError(t, other.ScriptFlush(ctx).Err())
-		cycles(5)
-		require.Zero(t, exists.Load(), "the same connections lead to the same process")
-		require.Zero(t, examines.Load())
-
-		m.Close()
-		require.NoError(t, m.Restart())
-		count()
-		require.NoError(t, other.ScriptFlush(ctx).Err()) // a new process: its cache is empty
-		cycles(5)
-		require.Positive(t, exists.Load(), "SCRIPT EXISTS on the new connections")
-		require.Positive(t, examines.Load(), "the new process's empty cache sends the guard to examine the node")
-		exists.Store(0)
-		examines.Store(0)
-		cycles(5)
-		require.Zero(t, examines.Load(), "examined once")
-	})
+		})
+	}
 }

@@ -129,11 +129,7 @@ func newNodes(nodes []Node, o *Options) ([]node, error) {
 		out[i] = node{Node: n, index: i, name: name, sending: new(atomic.Int32), stats: new(nodeStats)}
 		if !o.NoQuarantine {
 			_, cluster := n.(*redis.ClusterClient)
-			var dials *dialWatch
-			if c, ok := n.(*redis.Client); ok {
-				dials = watchDials(c)
-			}
-			out[i].guard = newGuard(o, cluster, dials)
+			out[i].guard = newGuard(o, cluster)
 		}
 		if c, ok := n.(*redis.Client); ok && !o.NoAutoPipeline {
 			out[i].pipe = &pipeline{client: c, stallAfter: stallAfter(o.NodeTimeout), guard: out[i].guard}
