@@ -243,6 +243,14 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	e := lk.roundError(ctx, "extend", c, tally)
 	if errors.Is(e.Cause, ErrNotHeld) || l.refuted(tally) {
+		// Lost: the error says so, whatever else it says (a context that
+		// ended meanwhile, too few answers to count the refusals alone).
+		switch {
+		case e.Cause == nil:
+			e.Cause = ErrNotHeld
+		case !errors.Is(e.Cause, ErrNotHeld):
+			e.Cause = fmt.Errorf("%w: %w", ErrNotHeld, e.Cause)
+		}
 		l.expire()
 	} else {
 		l.shorten(until)

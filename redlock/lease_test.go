@@ -444,3 +444,28 @@ func TestMaxTTL(t *testing.T) {
 	_, err = long.TryLock(t.Context(), "k", time.Hour+time.Millisecond)
 	require.ErrorContains(t, err, "longer than Options.MaxTTL (1h0m0s)")
 }
+
+// An Extend that leaves the lease lost says so with ErrNotHeld, even when
+// too few nodes answered for the refusals alone to decide the round: granted
+// on 3 of 5, one of those now held by another value, and the two that
+// refused the acquisition down. Two may still hold it; 3 are needed.
+func TestExtendThatLosesTheLeaseIsNotHeld(t *testing.T) {
+	c := newCluster(t, 5)
+	c.setOther(t, "k", 3, 4)
+	l := newLocker(t, c.nodes(nil), &redlock.Options{NodeTimeout: 2 * time.Second})
+	lease, err := l.TryLock(t.Context(), "k", 10*time.Second)
+	require.NoError(t, err)
+	drain(t, l)
+	require.Equal(t, 3, lease.Holders())
+
+	c.servers[0].Del("k")
+	c.setOther(t, "k", 0)
+	c.servers[3].Close()
+	c.servers[4].Close()
+	err = lease.Extend(t.Context(), 10*time.Second)
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	require.ErrorIs(t, err, redlock.ErrNotHeld, "the lease is lost: %v", err)
+	require.ErrorIs(t, lease.Extend(t.Context(), 10*time.Second), redlock.ErrNotHeld, "and stays lost")
+	drain(t, l)
+}

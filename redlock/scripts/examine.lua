@@ -15,7 +15,8 @@
 -- cached (a new server process, SCRIPT FLUSH).
 --
 -- A missing marker means the memory began when the process did (TIME minus
--- uptime), or now if the process ran FLUSHALL or FLUSHDB (which removed it),
+-- uptime), or now if the process ran FLUSHALL or FLUSHDB (which removed it)
+-- or evicted keys (an eviction may have taken it, and lock keys with it),
 -- or now when the server does not say its uptime. A marker written by
 -- another process (its run_id differs) is kept, unless this process loaded
 -- an RDB snapshot at its start without AOF and is not a promoted replica: a
@@ -91,6 +92,12 @@ else
 	began = start
 	local stats = info("commandstats")
 	if not stats or string.find(stats, "cmdstat_flushall:", 1, true) or string.find(stats, "cmdstat_flushdb:", 1, true) then
+		began = now
+	end
+	-- A process that evicted keys may have evicted the marker, and lock
+	-- keys with it: its memory began now, whatever its uptime.
+	local evictions = info("stats")
+	if evictions and tonumber(string.match(evictions, "evicted_keys:(%d+)") or "0") > 0 then
 		began = now
 	end
 end
