@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Each server's wording of an ACL refusal is one; other errors are not.
@@ -55,3 +57,10 @@ func TestPermissionErrorNamesWhatWasRefused(t *testing.T) {
 		t.Errorf("another error became %v", err)
 	}
 }
+
+// serverError is msg as go-redis reads a server's error reply: its reply
+// type, which is internal to go-redis and the static type of
+// redis.ErrNoScript.
+func serverError(msg string) error { return replyError(redis.ErrNoScript, msg) }
+
+func replyError[T ~string](_ T, msg string) error { return any(T(msg)).(error) }

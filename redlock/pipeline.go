@@ -369,12 +369,14 @@ func (p *pipeline) exec(batch []job) {
 	// EVALSHA with NOSCRIPT, and the commands behind it on the same key have
 	// run out of order (a release before its own SET, which would then stay
 	// for its TTL). So run that command and every later one on its key
-	// again, in order, while the batch still holds the key.
+	// again, in order, while the batch still holds the key. An error reply
+	// read raw goes again the same way, as a plain command that go-redis
+	// reads (see rawreply.go).
 	var again redis.Pipeliner
 	var redo map[string]bool // keys whose remaining commands run again
 	for i := range batch {
 		j := &batch[i]
-		if !redo[j.key] && (j.src == "" || !redis.HasErrorPrefix(j.cmd.Err(), "NOSCRIPT")) {
+		if !redo[j.key] && !readAgain(j.cmd.Err()) && (j.src == "" || !redis.HasErrorPrefix(j.cmd.Err(), "NOSCRIPT")) {
 			continue
 		}
 		if again == nil {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"reflect"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
@@ -21,16 +20,16 @@ import (
 // So the auto-pipeline sends such commands as a redis.RawCmd, whose reply
 // go-redis reads as bytes and never takes for an error, and sets the reply
 // on the job's *redis.Cmd itself (setRaw): nil as redis.Nil, a value as the
-// value, and an error reply as an error of go-redis's own reply type with
-// the same text (go-redis gives a few, such as READONLY, types of their
-// own; its Is... helpers recognize either). The readers see the same
-// *redis.Cmd either way.
+// value. The readers see the same *redis.Cmd either way.
 //
-// What changes: go-redis does not see a server's error reply to these
-// commands as an error, so it does not retry them on LOADING, TRYAGAIN and
-// the like (network errors it retries as before): that node's vote fails
-// at once, where go-redis would have waited its backoff (8 ms and up) within
-// NodeTimeout, and Lock's own retries try again after RetryDelay.
+// An error reply is not read raw: the pipeline sends the command again as
+// a plain command (see pipeline.exec, where NOSCRIPT reruns go too), so that
+// go-redis reads the error and does with it all it does for its own
+// commands: its error types (READONLY, LOADING, OOM, NOPERM have their own),
+// its retries and backoff, and retiring a connection that answered
+// READONLY (a demoted primary behind a DNS name or a proxy that moved on).
+// Error replies are rare, so the second round trip costs little; the
+// first one wrote nothing (an error reply to SET sets no key).
 
 // readsRaw reports whether c's reply is read raw: a plain command (not a
 // script) that answers nil on success, which is an acquisition's SET.
@@ -68,7 +67,7 @@ func parseScalar(b []byte) (any, error) {
 	case '+':
 		return string(line), nil
 	case '-':
-		return nil, serverError(string(line))
+		return nil, &errorReply{msg: string(line)}
 	case ':':
 		n, err := strconv.ParseInt(string(line), 10, 64)
 		if err != nil {
@@ -86,7 +85,7 @@ func parseScalar(b []byte) (any, error) {
 		case !ok || n != len(data):
 			return nil, fmt.Errorf("redlock: malformed bulk reply %q", b)
 		case b[0] == '!':
-			return nil, serverError(string(data))
+			return nil, &errorReply{msg: string(data)}
 		}
 		return string(data), nil
 	}
@@ -95,18 +94,14 @@ func parseScalar(b []byte) (any, error) {
 
 var crlf = []byte("\r\n")
 
-// redisErrorType is the type go-redis gives the server's error replies (the
-// type of redis.Nil), whose package is internal to go-redis.
-var redisErrorType = reflect.TypeOf(redis.Nil)
+// errorReply is a server's error reply read raw, which the pipeline sends
+// again as a plain command for go-redis to read (see above).
+type errorReply struct{ msg string }
 
-// serverError is a server's error reply msg as an error of go-redis's own
-// reply type, so that redis.HasErrorPrefix, redis.IsReadOnlyError and the
-// like see it as they would have.
-func serverError(msg string) error {
-	v := reflect.New(redisErrorType).Elem()
-	v.SetString(msg)
-	if err, ok := v.Interface().(error); ok {
-		return err
-	}
-	return errors.New(msg) // not reached: redis.Nil is an error
+func (e *errorReply) Error() string { return e.msg }
+
+// readAgain reports whether err is an error reply read raw.
+func readAgain(err error) bool {
+	var e *errorReply
+	return errors.As(err, &e)
 }

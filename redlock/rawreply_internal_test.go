@@ -7,10 +7,12 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/alicebob/miniredis/v2/server"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -31,10 +33,9 @@ func TestParseScalar(t *testing.T) {
 		{"$4\r\na\r\nb\r\n", "a\r\nb", nil},
 		{"+OK\r\n", "OK", nil},
 		{":42\r\n", int64(42), nil},
-		{"-READONLY You can't write against a read only replica.\r\n", nil, redis.IsReadOnlyError},
-		{"-NOPERM User app has no permissions to run the 'set' command\r\n", nil, deniedByACL},
-		{"-LOADING Redis is loading the dataset in memory\r\n", nil, redis.IsLoadingError},
-		{"!21\r\nSYNTAX invalid syntax\r\n", nil, func(err error) bool { return redis.HasErrorPrefix(err, "SYNTAX invalid syntax") }},
+		{"-READONLY You can't write against a read only replica.\r\n", nil, readAgainAs("READONLY You can't write against a read only replica.")},
+		{"-NOPERM User app has no permissions to run the 'set' command\r\n", nil, readAgainAs("NOPERM User app has no permissions to run the 'set' command")},
+		{"!21\r\nSYNTAX invalid syntax\r\n", nil, readAgainAs("SYNTAX invalid syntax")},
 		{"$5\r\nhi\r\n", nil, malformed},
 		{"$x\r\n", nil, malformed},
 		{":4x\r\n", nil, malformed},
@@ -56,6 +57,11 @@ func TestParseScalar(t *testing.T) {
 	}
 }
 
+// readAgainAs: an error reply, to be read again by go-redis (rawreply.go).
+func readAgainAs(msg string) func(error) bool {
+	return func(err error) bool { return readAgain(err) && err.Error() == msg }
+}
+
 // malformed: an error of redlock's own, not the server's.
 func malformed(err error) bool {
 	var re redis.Error
@@ -63,9 +69,8 @@ func malformed(err error) bool {
 }
 
 // The reply setRaw sets is the one go-redis would have set, value and error
-// alike (the error of the same type, with the same text), over RESP2 and
-// RESP3: a grant (nil), contention (the holder's value), and an error reply
-// (WRONGTYPE: the key holds a list).
+// alike, over RESP2 and RESP3: a grant (nil) and contention (the holder's
+// value). Error replies are read again by go-redis (TestErrorRepliesAreReadByGoRedis).
 func TestSetRawMatchesGoRedis(t *testing.T) {
 	ctx := t.Context()
 	m := miniredis.RunT(t)
@@ -75,7 +80,6 @@ func TestSetRawMatchesGoRedis(t *testing.T) {
 	}{
 		{"granted", func() { m.Del("k") }},
 		{"held by another value", func() { require.NoError(t, m.Set("k", "holder")) }},
-		{"WRONGTYPE", func() { m.Del("k"); m.Lpush("k", "x") }},
 	}
 	args := []any{"SET", "k", "v", "NX", "PX", 60000, "GET"}
 	for _, protocol := range []int{2, 3} {
@@ -194,4 +198,84 @@ func TestAcquisitionsAreReadRaw(t *testing.T) {
 			assert.NoError(t, qe.Nodes[2].Err)
 		})
 	}
+}
+
+// An error reply to an acquisition read raw is read again by go-redis (the
+// SET sent again as a plain command), so that it does what it does for its
+// own commands: READONLY gets its type of error, and the connection that
+// answered it is retired (a demoted primary behind a DNS name or a proxy
+// that moved on is left), where reading it raw kept every connection. A
+// WRONGTYPE reply gets go-redis's reply type, as a plain Do gets.
+func TestErrorRepliesAreReadByGoRedis(t *testing.T) {
+	for _, guarded := range []bool{true, false} {
+		t.Run(fmt.Sprintf("guarded=%v", guarded), func(t *testing.T) {
+			ctx := t.Context()
+			m := miniredis.RunT(t)
+			_ = m.Set(markerKey, "0 ?")
+			var readOnly atomic.Bool
+			m.Server().SetPreHook(func(p *server.Peer, cmd string, args ...string) bool {
+				if readOnly.Load() && strings.EqualFold(cmd, "set") && len(args) > 0 && args[0] == "k" {
+					p.WriteError("READONLY You can't write against a read only replica.")
+					return true
+				}
+				return false
+			})
+			c := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: 1, MinRetryBackoff: time.Millisecond, MaxRetryBackoff: time.Millisecond})
+			t.Cleanup(func() { c.Close() })
+			l, err := New([]Node{c}, &Options{NodeTimeout: 5 * time.Second, NoQuarantine: !guarded})
+			require.NoError(t, err)
+			require.NotNil(t, l.nodes[0].pipe, "the auto-pipeline")
+
+			lease, err := l.TryLock(ctx, "k", time.Minute) // the connections dialed
+			require.NoError(t, err)
+			require.NoError(t, lease.Unlock(ctx))
+			require.NoError(t, l.Drain(ctx))
+
+			readOnly.Store(true)
+			dials := m.TotalConnectionCount()
+			_, err = l.TryLock(ctx, "k", time.Minute)
+			var qe *QuorumError
+			require.ErrorAs(t, err, &qe)
+			assert.True(t, redis.IsReadOnlyError(qe.Nodes[0].Err), "%v", qe.Nodes[0].Err)
+			plain := c.Do(ctx, "SET", "k", "v", "NX", "PX", 1000, "GET").Err()
+			require.True(t, redis.IsReadOnlyError(plain))
+			assert.True(t, inChain(qe.Nodes[0].Err, plain), "the error go-redis gives its own command (%T), not %T", plain, qe.Nodes[0].Err)
+			assert.Greater(t, m.TotalConnectionCount(), dials, "the connection that answered READONLY was retired")
+
+			readOnly.Store(false)
+			require.NoError(t, l.Drain(ctx))
+			m.Del("k")
+			_, _ = m.Lpush("k", "x")
+			_, err = l.TryLock(ctx, "k", time.Minute)
+			require.ErrorAs(t, err, &qe)
+			plain = c.Do(ctx, "SET", "k", "v", "NX", "PX", 1000, "GET").Err()
+			require.True(t, redis.HasErrorPrefix(plain, "WRONGTYPE"))
+			assert.True(t, redis.HasErrorPrefix(qe.Nodes[0].Err, "WRONGTYPE"), "%v", qe.Nodes[0].Err)
+			m.Del("k")
+			lease, err = l.TryLock(ctx, "k", time.Minute)
+			require.NoError(t, err, "a writable node grants at once")
+			require.NoError(t, lease.Unlock(ctx))
+		})
+	}
+}
+
+// inChain reports whether err's chain holds an error of want's type.
+func inChain(err, want error) bool {
+	if err == nil {
+		return false
+	}
+	if fmt.Sprintf("%T", err) == fmt.Sprintf("%T", want) {
+		return true
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return inChain(u.Unwrap(), want)
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if inChain(e, want) {
+				return true
+			}
+		}
+	}
+	return false
 }
