@@ -228,7 +228,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if lk.opts.NoHeal {
 		heal = "0"
 	}
-	c := scriptCommand(extendScript, []string{l.key}, l.value, req.ms, heal).replicated().guardedBy()
+	c := scriptCommand(extendScript, []string{l.key}, l.value, req.ms, heal).of(l.value, roleExtends).replicated().guardedBy()
 	round := lk.fanOut(ctx, fan{after: l.acquired, timeout: lk.opts.NodeTimeout}, c, readScript)
 	l.acquired = round
 	tally := round.Decide(ctx, min(lk.opts.NodeTimeout, req.budget), granted)

@@ -210,6 +210,7 @@ const (
 	roleSets          // puts the lease's value on the node (an acquisition)
 	roleFences        // fencing phase 2, which follows roleSets
 	roleReleases      // deletes the lease's value
+	roleExtends       // extends the lease, and may set its value again (healing)
 )
 
 func scriptCommand(s *script, keys []string, argv ...any) command {

@@ -55,6 +55,14 @@ import (
 //     decides. A release refused by a full queue while its own SET still
 //     waits in it withdraws the SET instead (see withdraw), so a refusal
 //     never leaves a key that was not yet sent.
+//   - A release is the last word of its lease on the node. Once a lease's
+//     release ran on the node, or was taken as done there, no command of
+//     that lease may set its key there again. Where commands are queued,
+//     withdrawn and run again, this holds: a release that withdraws its SET
+//     withdraws every queued command of the lease with it (withdraw), and a
+//     batch that runs a key's commands again runs its releases again too,
+//     after the commands before them (exec). Order per key does the rest.
+//     TestPipelineReleaseIsLastUnderRandomSchedules checks it.
 type pipeline struct {
 	client     *redis.Client
 	pipes      sync.Pool     // of *batchPipe: go-redis pipelines to reuse
@@ -114,14 +122,17 @@ type job struct {
 	// vote counts; verdict is that verdict, set before delivery.
 	guarded bool
 	verdict error
-	stats   *nodeStats    // the node's record of failures, for Health; nil: none kept
-	rerun   bool          // sent again after NOSCRIPT, in a pipeline of its own
-	timeout time.Duration // the batch carrying it may take this long
-	src     string        // a script's source, resent with EVAL after NOSCRIPT; "" for other commands
-	round   *quorum.Round[Outcome]
-	node    int
-	read    func(node int, cmd *redis.Cmd) (Outcome, error)
-	calls   *tracker
+	stats   *nodeStats // the node's record of failures, for Health; nil: none kept
+	rerun   bool       // sent again after NOSCRIPT, in a pipeline of its own
+	// deletedFirst: a release whose first run deleted its value, run again
+	// after the commands before it (see exec)
+	deletedFirst bool
+	timeout      time.Duration // the batch carrying it may take this long
+	src          string        // a script's source, resent with EVAL after NOSCRIPT; "" for other commands
+	round        *quorum.Round[Outcome]
+	node         int
+	read         func(node int, cmd *redis.Cmd) (Outcome, error)
+	calls        *tracker
 }
 
 func (j *job) deliver() {
@@ -195,25 +206,36 @@ func (p *pipeline) kicked() {
 	}
 }
 
-// withdraw fails, unsent, the queued acquisition commands (SET and fencing
-// phase 2) of the lease with value on key, and reports whether its SET was
-// among them: if so, nothing of the lease reached the node (order per key
-// means nothing later on the key was sent either), and its release need not
-// be. Their rounds were decided before the release began. p.mu is held.
+// withdraw reports whether the SET of the lease with value on key is queued,
+// unsent: if so, nothing of the lease reached the node (order per key means
+// nothing later on the key was sent either), and its release need not be;
+// then it fails, unsent, every queued command of the lease on key (SET,
+// fencing phase 2, extensions). Their rounds were decided before the
+// release began. p.mu is held.
 func (p *pipeline) withdraw(key, value string) (set bool) {
+	for _, j := range p.queue {
+		if j.key == key && j.lease == value && j.role == roleSets {
+			set = true
+		}
+	}
+	if !set {
+		return false
+	}
+	// The release is taken as done: every queued command of the lease on
+	// key goes with the SET (an extension that heals would set the key
+	// again after it; see the invariant at pipeline).
 	kept := p.queue[:0]
 	for _, j := range p.queue {
-		if j.key != key || j.lease != value || (j.role != roleSets && j.role != roleFences) {
+		if j.key != key || j.lease != value {
 			kept = append(kept, j)
 			continue
 		}
-		set = set || j.role == roleSets
 		j.cmd.SetErr(errWithdrawn)
 		j.deliver() // never blocks
 	}
 	clear(p.queue[len(kept):])
 	p.queue = kept
-	return set
+	return true
 }
 
 // errWithdrawn is the error of an acquisition's command that its own release
@@ -383,9 +405,13 @@ func (p *pipeline) exec(batch []job) {
 			again, redo = p.client.Pipeline(), map[string]bool{}
 		}
 		redo[j.key] = true
+		// A release runs again too, after the commands before it on its
+		// key (an extension that heals would otherwise set the key again
+		// after it: see the invariant at pipeline). If it had deleted its
+		// value already, it stays reported so (deletedFirst).
 		if j.role == roleReleases && j.cmd.Err() == nil {
 			if n, _ := j.cmd.Int64(); n == 1 {
-				continue // it found its value and deleted it: done, and rightly reported so
+				j.deletedFirst = true
 			}
 		}
 		j.cmd = j.anew(ctx)
@@ -399,6 +425,14 @@ func (p *pipeline) exec(batch []job) {
 			_ = again.Process(ctx, waitAgain)
 		}
 		_, _ = again.Exec(ctx)
+		for i := range batch {
+			if j := &batch[i]; j.deletedFirst {
+				if n, err := j.cmd.Int64(); err != nil || n == 0 {
+					j.cmd.SetErr(nil)
+					j.cmd.SetVal(int64(1)) // its first run deleted the value
+				}
+			}
+		}
 	}
 	if wait != nil {
 		first := p.wait.verdict(wait)

@@ -56,7 +56,11 @@ if server then
 	id = string.match(server, "run_id:(%x+)") or "?"
 	local up = tonumber(string.match(server, "uptime_in_seconds:(%d+)") or "")
 	if up then
-		start, uptime = now - up * 1000, true
+		-- uptime_in_seconds is whole seconds of the wall clock (the time
+		-- now, truncated, less the start, truncated), so the process may
+		-- have started up to a second after now less uptime: take the
+		-- latest, which keeps a quarantine whole.
+		start, uptime = now - up * 1000 + 1000, true
 	end
 end
 -- reply gives the expiry and PTTL of the marker as it now stands. A server
