@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -100,8 +99,9 @@ type errorReply struct{ msg string }
 
 func (e *errorReply) Error() string { return e.msg }
 
-// readAgain reports whether err is an error reply read raw.
+// readAgain reports whether err is an error reply read raw (setRaw sets it
+// unwrapped; a type assertion allocates nothing on the hot path).
 func readAgain(err error) bool {
-	var e *errorReply
-	return errors.As(err, &e)
+	_, ok := err.(*errorReply)
+	return ok
 }
