@@ -157,6 +157,10 @@ type guard struct {
 	// examine script that proved them (see proof.go).
 	examined examinations
 
+	// declared is the longest MaxTTL another Locker declared in the node's
+	// marker (nanoseconds; see learn).
+	declared atomic.Int64
+
 	// expiry is the absolute expiry (Unix ms) of the marker of a standalone
 	// node, as last examined, when the node's key expiry follows its TIME:
 	// then one companion, PTTL of the marker, tells at once that the marker
@@ -373,7 +377,7 @@ func (g *guard) verdictAt(state memoryState, now time.Time) error {
 // found: when the node's memory began, in this process's time.
 func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (memoryState, error) {
 	sent := time.Now()
-	res, proof, err := g.examined.run(ctx, ex, marker, markerExpiry())
+	res, proof, err := g.examined.run(ctx, ex, marker, markerExpiry(), g.maxTTL.Milliseconds())
 	received := time.Now()
 	if err != nil {
 		// Whatever this Locker knew of the marker is stale now: the next
@@ -390,12 +394,13 @@ func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (
 	if err != nil {
 		return memoryState{}, err
 	}
-	began, err := strconv.ParseInt(strings.Fields(value)[0], 10, 64)
+	began, declared, err := parseMarker(value)
 	if err != nil {
-		return memoryState{}, fmt.Errorf("redlock: the guard's marker %q holds %q, not \"<ms> <run_id>\"", marker, value)
+		return memoryState{}, fmt.Errorf("redlock: the guard's marker %q: %w", marker, err)
 	}
+	maxTTL := g.learn(declared)
 	state := memoryState{marker: value, proof: proof}
-	if left := time.UnixMilli(began).Add(g.maxTTL).Sub(nodeNow); left > 0 {
+	if left := time.UnixMilli(began).Add(maxTTL).Sub(nodeNow); left > 0 {
 		// The node's keys expire by its clock, which may run slow: allow
 		// the drift bound on top.
 		state.clearAt = g.now.Now().Add(left + g.bound.Of(left))
@@ -416,6 +421,45 @@ func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (
 	}
 	g.mu.Unlock()
 	return state, nil
+}
+
+// parseMarker reads a marker, "<began> <run_id> <maxttl>" (or, written by
+// earlier versions, without the MaxTTL): when the memory began (Unix ms, the
+// node's clock) and the longest MaxTTL a Locker declared (0: none said).
+func parseMarker(value string) (began int64, declared time.Duration, err error) {
+	f := strings.Fields(value)
+	if len(f) == 2 || len(f) == 3 {
+		began, err = strconv.ParseInt(f[0], 10, 64)
+		if err == nil && len(f) == 3 {
+			var ms int64
+			ms, err = strconv.ParseInt(f[2], 10, 64)
+			declared = time.Duration(ms) * time.Millisecond
+		}
+		if err == nil {
+			return began, declared, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("holds %q, not \"<ms> <run_id> <maxttl ms>\"", value)
+}
+
+// learn records the longest MaxTTL a Locker declared on the node, and
+// returns the longer of it and this Locker's own: the quarantine's length.
+// Every Locker of a deployment must quarantine as long as the longest lease
+// any of them grants, and the marker tells them (see examine.lua).
+func (g *guard) learn(declared time.Duration) time.Duration {
+	for {
+		seen := g.declared.Load()
+		if int64(declared) <= seen || g.declared.CompareAndSwap(seen, int64(declared)) {
+			break
+		}
+	}
+	return g.quarantineTTL()
+}
+
+// quarantineTTL is how long a quarantine lasts: the longest MaxTTL this
+// Locker knows of, its own or one another Locker declared on the node.
+func (g *guard) quarantineTTL() time.Duration {
+	return max(g.maxTTL, time.Duration(g.declared.Load()))
 }
 
 // markerExpiryRead is the marker's absolute expiry and its PTTL, read in
@@ -480,7 +524,8 @@ func (g *guard) record(r drift.Reading) {
 	jump, jumped := g.clock.Observe(r)
 	if jumped && jump.Size > 0 {
 		g.mu.Lock()
-		g.jumpEnd, g.jumpSize = g.now.Now().Add(g.maxTTL+g.bound.Of(g.maxTTL)), jump.Size
+		maxTTL := g.quarantineTTL()
+		g.jumpEnd, g.jumpSize = g.now.Now().Add(maxTTL+g.bound.Of(maxTTL)), jump.Size
 		g.mu.Unlock()
 	}
 }
@@ -525,7 +570,7 @@ func (l *Locker) TrustNodes(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for i, n := range l.nodes {
 		wg.Go(func() {
-			if err := n.trust(ctx); err != nil {
+			if err := n.trust(ctx, l.opts.MaxTTL); err != nil {
 				errs[i] = fmt.Errorf("redlock: TrustNodes: %s: %w", n.name, denied("the trust script (it calls "+trustScript.calls+")", err))
 				return
 			}
@@ -552,10 +597,10 @@ func (g *guard) forget(ctx context.Context, ex redis.Scripter) error {
 	return err
 }
 
-func (n node) trust(ctx context.Context) error {
+func (n node) trust(ctx context.Context, maxTTL time.Duration) error {
 	cc, ok := n.Node.(*redis.ClusterClient)
 	if !ok {
-		return trustScript.Run(ctx, n.Node, []string{markerKey}, markerExpiry()).Err()
+		return trustScript.Run(ctx, n.Node, []string{markerKey}, markerExpiry(), maxTTL.Milliseconds()).Err()
 	}
 	// Every slot's marker, written on the master that serves it, with that
 	// master's run_id: plain SETs, in one pipeline per master (16,384
@@ -582,7 +627,7 @@ func (n node) trust(ctx context.Context) error {
 		if !ok {
 			return fmt.Errorf("the master %s of slots %d-%d is not one the client knows", r.Nodes[0].Addr, r.Start, r.End)
 		}
-		marker := "0 " + runID(ctx, m)
+		marker := fmt.Sprintf("0 %s %d", runID(ctx, m), maxTTL.Milliseconds())
 		if _, err := m.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for slot := r.Start; slot <= r.End; slot++ {
 				p.Set(ctx, slotMarker(int(slot)), marker, 0)

@@ -153,7 +153,7 @@ func TestNodeGuard(t *testing.T) {
 		_, err := l.TryLock(ctx, "k", time.Second)
 		quarantined(t, err, memoryCause)
 		v, _ := c.servers[0].Get("redlock:memory")
-		require.True(t, strings.HasSuffix(v, " ?"), "the marker now names this run: %q", v)
+		require.Regexp(t, `^\d+ \? \d+$`, v, "the marker now names this run, and the MaxTTL")
 	})
 
 	t.Run("a TTL above MaxTTL never reaches a node", func(t *testing.T) {
@@ -170,7 +170,7 @@ func TestNodeGuard(t *testing.T) {
 		l := newLocker(t, c.nodes(nil), nil)
 		require.NoError(t, l.Warm(ctx))
 		v, _ := c.servers[0].Get("redlock:memory")
-		require.True(t, strings.HasSuffix(v, " ?"), "Warm examined the node: %q", v)
+		require.Regexp(t, `^\d+ \? \d+$`, v, "Warm examined the node")
 		require.Positive(t, l.Health()[0].QuarantineLeft)
 	})
 }
@@ -601,6 +601,46 @@ func TestGuardChecksForANewProcessInEveryBatch(t *testing.T) {
 				cycles(5)
 				require.Zero(t, examines.Load(), "examined once")
 			})
+		})
+	}
+}
+
+// Every Locker of a deployment quarantines a node for the longest MaxTTL
+// any of them declared, which the guard's marker carries: otherwise a
+// Locker with a short MaxTTL would let a node back while a longer lease it
+// granted before forgetting may still be held. A (MaxTTL 1 s) and B (10 s)
+// share a node whose memory began now (miniredis says no uptime): after B
+// examined it, A's quarantine lasts B's 10 s, not its own 1 s; and A, had
+// it examined first, learns B's once B has written it.
+func TestLockersShareTheLongestMaxTTL(t *testing.T) {
+	for _, shortFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shortFirst=%v", shortFirst), func(t *testing.T) {
+			ctx := t.Context()
+			c := newCluster(t, 1)
+			c.servers[0].Del("redlock:memory") // a new node: its memory begins at first use
+			short := newLocker(t, c.nodes(nil), &redlock.Options{MaxTTL: time.Second})
+			long := newLocker(t, c.nodes(nil), &redlock.Options{MaxTTL: 10 * time.Second})
+			order := []*redlock.Locker{long, short}
+			if shortFirst {
+				order = []*redlock.Locker{short, long}
+			}
+			for i, l := range order { // each on a key of its own: a refused grant is released in the background
+				_, err := l.TryLock(ctx, fmt.Sprintf("k%d", i), 500*time.Millisecond)
+				quarantined(t, err, memoryCause)
+			}
+			_, err := short.TryLock(ctx, "k2", 500*time.Millisecond)
+			quarantined(t, err, memoryCause)
+			left := short.Health()[0].QuarantineLeft
+			assert.Greater(t, left, 5*time.Second, "the short Locker quarantines for the long one's MaxTTL")
+			assert.LessOrEqual(t, left, 10*time.Second+200*time.Millisecond)
+
+			// The control: a Locker alone with its 1 s.
+			alone := newCluster(t, 1)
+			alone.servers[0].Del("redlock:memory")
+			solo := newLocker(t, alone.nodes(nil), &redlock.Options{MaxTTL: time.Second})
+			_, err = solo.TryLock(ctx, "k", 500*time.Millisecond)
+			quarantined(t, err, memoryCause)
+			assert.LessOrEqual(t, solo.Health()[0].QuarantineLeft, time.Second+100*time.Millisecond)
 		})
 	}
 }

@@ -55,7 +55,10 @@ type Options struct {
 	// is what lets a node that forgot its keys (a restart without
 	// persistence, a flush) rejoin safely once MaxTTL has passed: the
 	// Redis documentation's delayed restart (see docs/failure-models.md).
-	// Default 1 minute; must not be negative.
+	// The node guard quarantines for the longest MaxTTL any Locker
+	// declared on the node (its marker carries it), so Lockers with
+	// different values stay safe together. Default 1 minute; must not be
+	// negative.
 	MaxTTL time.Duration
 
 	// NoQuarantine turns the node guard off (see Locker.TrustNodes and

@@ -1,6 +1,8 @@
 -- The node guard's examination (see guard.go): when did this node's memory
--- begin? KEYS[1] is the marker, "<began> <run>": when the memory began (ms,
--- the node's clock) and the run_id of the server process that wrote it.
+-- begin? KEYS[1] is the marker, "<began> <run> <maxttl>": when the memory
+-- began (ms, the node's clock), the run_id of the server process that wrote
+-- it, and the longest MaxTTL (ms) a Locker declared (absent in markers of
+-- earlier versions). ARGV[2] is this Locker's MaxTTL (ms).
 -- ARGV[1] is an absolute expiry (ms, a century or two ahead) for a marker
 -- this script writes, or finds without one: every write of the marker moves
 -- its expiry, so the expiry names the marker, and the client can read the
@@ -46,9 +48,19 @@ local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local m = redis.call("GET", KEYS[1])
 local began, run
+-- declared is the longest MaxTTL (ms) any Locker declared on this node:
+-- every Locker's quarantine lasts the longest, or a Locker with a shorter
+-- one would let a node back while a longer lease it granted may be held.
+local declared = tonumber(ARGV[2]) or 0
 if m then
-	local b, r = string.match(m, "^(%d+) (%S+)$")
+	local b, r, d = string.match(m, "^(%d+) (%S+) (%d+)$")
+	if not b then
+		b, r = string.match(m, "^(%d+) (%S+)$")
+	end
 	began, run = tonumber(b), r
+	if d and tonumber(d) > declared then
+		declared = tonumber(d)
+	end
 end
 local id, start, uptime = "?", now, false
 local server = info("server")
@@ -77,7 +89,14 @@ local function reply(marker)
 	return {marker, t[1], t[2], at, pttl, t2[1], t2[2]}
 end
 if began and run == id then
-	-- The same process: its scripts went, not its memory.
+	-- The same process: its scripts went, not its memory. A longer MaxTTL
+	-- than the marker says is written (a new expiry: every Locker looks
+	-- again, and learns it).
+	local now_marker = string.format("%d %s %d", began, id, declared)
+	if now_marker ~= m then
+		redis.call("SET", KEYS[1], now_marker, "PXAT", ARGV[1])
+		return reply(now_marker)
+	end
 	if redis.call("PTTL", KEYS[1]) == -1 then
 		redis.call("SET", KEYS[1], m, "PXAT", ARGV[1])
 	end
@@ -105,6 +124,6 @@ else
 		began = now
 	end
 end
-m = string.format("%d %s", began, id)
+m = string.format("%d %s %d", began, id, declared)
 redis.call("SET", KEYS[1], m, "PXAT", ARGV[1])
 return reply(m)

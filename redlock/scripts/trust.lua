@@ -14,5 +14,13 @@ if type(info) == "table" and info.err then
 elseif type(info) == "string" then
 	id = string.match(info, "run_id:(%x+)") or "?"
 end
-redis.call("SET", KEYS[1], "0 " .. id, "PXAT", ARGV[1])
+-- The longest MaxTTL a Locker declared (ARGV[2], and the marker's own) is
+-- kept: see examine.lua.
+local declared = tonumber(ARGV[2]) or 0
+local m = redis.call("GET", KEYS[1])
+local d = m and tonumber(string.match(m, "^%d+ %S+ (%d+)$") or "")
+if d and d > declared then
+	declared = d
+end
+redis.call("SET", KEYS[1], string.format("0 %s %d", id, declared), "PXAT", ARGV[1])
 return 1
