@@ -157,9 +157,11 @@ type guard struct {
 	// examine script that proved them (see proof.go).
 	examined examinations
 
-	// declared is the longest MaxTTL another Locker declared in the node's
-	// marker (nanoseconds; see learn).
-	declared atomic.Int64
+	// declared is the longest MaxTTL a Locker declared in a marker of any
+	// of this Locker's nodes (nanoseconds; see learn), shared by the
+	// Locker's guards: a node that lost its memory lost its marker's word
+	// too, and the other nodes' markers still tell it.
+	declared *atomic.Int64
 
 	// expiry is the absolute expiry (Unix ms) of the marker of a standalone
 	// node, as last examined, when the node's key expiry follows its TIME:
@@ -182,14 +184,19 @@ type guard struct {
 
 // memoryState is what the last examination of one marker found.
 type memoryState struct {
-	marker  string       // the marker's value
-	expiry  int64        // its absolute expiry read by PTTL (see guard.expiry); 0: none
-	clearAt time.Time    // the memory has been whole for MaxTTL from then on
-	proof   *examination // the copy of the examine script that examined it (see proof.go)
+	marker string // the marker's value
+	expiry int64  // its absolute expiry read by PTTL (see guard.expiry); 0: none
+	// The memory's age: at examinedAt (this process's clock) it had
+	// existed for age by the node's clock. It is whole once it has existed
+	// for the quarantine's length (quarantineTTL, learned meanwhile too),
+	// plus the drift bound on what was left: see clearAt.
+	examinedAt time.Time
+	age        time.Duration
+	proof      *examination // the copy of the examine script that examined it (see proof.go)
 }
 
-func newGuard(o *Options, cluster bool) *guard {
-	g := &guard{maxTTL: o.MaxTTL, bound: o.bound(), now: o.Clock, cluster: cluster, memory: map[string]memoryState{}}
+func newGuard(o *Options, cluster bool, declared *atomic.Int64) *guard {
+	g := &guard{maxTTL: o.MaxTTL, bound: o.bound(), now: o.Clock, cluster: cluster, declared: declared, memory: map[string]memoryState{}}
 	if !cluster {
 		g.clock = drift.NewEstimator(g.bound)
 	}
@@ -363,7 +370,7 @@ func (g *guard) verdictAt(state memoryState, now time.Time) error {
 	g.mu.Lock()
 	jumpEnd, jumpSize := g.jumpEnd, g.jumpSize
 	g.mu.Unlock()
-	memoryLeft, jumpLeft := state.clearAt.Sub(now), jumpEnd.Sub(now)
+	memoryLeft, jumpLeft := g.clearAt(state).Sub(now), jumpEnd.Sub(now)
 	switch {
 	case memoryLeft <= 0 && jumpLeft <= 0:
 		return nil
@@ -377,7 +384,7 @@ func (g *guard) verdictAt(state memoryState, now time.Time) error {
 // found: when the node's memory began, in this process's time.
 func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (memoryState, error) {
 	sent := time.Now()
-	res, proof, err := g.examined.run(ctx, ex, marker, markerExpiry(), g.maxTTL.Milliseconds())
+	res, proof, err := g.examined.run(ctx, ex, marker, markerExpiry(), g.quarantineTTL().Milliseconds())
 	received := time.Now()
 	if err != nil {
 		// Whatever this Locker knew of the marker is stale now: the next
@@ -398,13 +405,8 @@ func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (
 	if err != nil {
 		return memoryState{}, fmt.Errorf("redlock: the guard's marker %q: %w", marker, err)
 	}
-	maxTTL := g.learn(declared)
-	state := memoryState{marker: value, proof: proof}
-	if left := time.UnixMilli(began).Add(maxTTL).Sub(nodeNow); left > 0 {
-		// The node's keys expire by its clock, which may run slow: allow
-		// the drift bound on top.
-		state.clearAt = g.now.Now().Add(left + g.bound.Of(left))
-	}
+	g.learn(declared)
+	state := memoryState{marker: value, proof: proof, examinedAt: g.now.Now(), age: nodeNow.Sub(time.UnixMilli(began))}
 	if g.clock != nil {
 		g.record(drift.Reading{Sent: sent, Received: received, Node: nodeNow})
 		if expiry.follows(nodeNow) {
@@ -421,6 +423,22 @@ func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (
 	}
 	g.mu.Unlock()
 	return state, nil
+}
+
+// clearAt is when state's memory has been whole for the quarantine's
+// length: MaxTTL, the longest this Locker knows of now (a longer one
+// learned since the examination counts), after the memory began. The
+// node's keys expire by its clock, which may run slow: the drift bound on
+// what was left is allowed on top. Zero: a state never examined.
+func (g *guard) clearAt(state memoryState) time.Time {
+	if state.examinedAt.IsZero() {
+		return time.Time{}
+	}
+	left := g.quarantineTTL() - state.age
+	if left <= 0 {
+		return state.examinedAt
+	}
+	return state.examinedAt.Add(left + g.bound.Of(left))
 }
 
 // parseMarker reads a marker, "<began> <run_id> <maxttl>" (or, written by

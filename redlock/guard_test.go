@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/alicebob/miniredis/v2/server"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -643,4 +644,49 @@ func TestLockersShareTheLongestMaxTTL(t *testing.T) {
 			assert.LessOrEqual(t, solo.Health()[0].QuarantineLeft, time.Second+100*time.Millisecond)
 		})
 	}
+}
+
+// A node that loses its memory loses its marker's word on MaxTTL too. A
+// Locker that learned a longer MaxTTL writes it into the new marker, and a
+// Locker that never met the longer one learns it from the other nodes'
+// markers (one word per Locker, over all its nodes): either way node 0's
+// quarantine lasts the long Locker's 10 s, not 1 s. (A deployment of one
+// node that forgot has no other marker to tell a new Locker: there every
+// Locker must use the same MaxTTL.)
+func TestLockersKeepTheLongestMaxTTLAfterAMemoryLoss(t *testing.T) {
+	ctx := t.Context()
+	c := newCluster(t, 3)
+	long := newLocker(t, c.nodes(nil), &redlock.Options{MaxTTL: 10 * time.Second})
+	_, err := long.TryLock(ctx, "k", 8*time.Second)
+	require.NoError(t, err)
+	short := newLocker(t, c.nodes(nil), &redlock.Options{MaxTTL: time.Second})
+	_, err = short.TryLock(ctx, "k", 500*time.Millisecond)
+	require.ErrorIs(t, err, redlock.ErrNotObtained) // examined every node: learned 10 s
+
+	c.servers[0].FlushAll() // node 0 restarted without persistence
+	_, err = short.TryLock(ctx, "x", 500*time.Millisecond)
+	require.NoError(t, err, "nodes 1 and 2 carry it")
+	drain(t, short)
+	marker, _ := c.servers[0].Get("redlock:memory")
+	assert.Regexp(t, ` 10000$`, marker, "the new marker keeps the longest MaxTTL the Locker knew")
+	assert.Greater(t, short.Health()[0].QuarantineLeft, 5*time.Second)
+
+	c.servers[0].FlushAll() // and again, now with no Locker's word on it
+	fresh := newLocker(t, c.nodes(nil), &redlock.Options{MaxTTL: time.Second})
+	_, err = fresh.TryLock(ctx, "y", 500*time.Millisecond)
+	require.NoError(t, err, "nodes 1 and 2 carry it")
+	drain(t, fresh)
+	assert.Greater(t, fresh.Health()[0].QuarantineLeft, 5*time.Second, "learned from nodes 1 and 2, after node 0 was examined too")
+}
+
+// A *redis.Ring of several shards is refused with the guard on: the
+// marker would live on one shard while lock keys hash to the others.
+func TestRingOfShardsNeedsNoQuarantine(t *testing.T) {
+	a, b := miniredis.RunT(t), miniredis.RunT(t)
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}})
+	t.Cleanup(func() { ring.Close() })
+	_, err := redlock.New([]redlock.Node{ring}, nil)
+	require.ErrorContains(t, err, "node 0 is a *redis.Ring of 2 shards")
+	_, err = redlock.New([]redlock.Node{ring}, &redlock.Options{NoQuarantine: true})
+	require.NoError(t, err)
 }

@@ -143,7 +143,7 @@ func (g *guard) current(now time.Time) error {
 	g.mu.Lock()
 	var worst memoryState
 	for _, s := range g.memory {
-		if s.clearAt.After(worst.clearAt) {
+		if g.clearAt(s).After(g.clearAt(worst)) {
 			worst = s
 		}
 	}

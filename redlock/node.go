@@ -16,7 +16,8 @@ import (
 )
 
 // Node is one independent Redis master. *redis.Client, *redis.ClusterClient,
-// *redis.Ring and redis.UniversalClient all satisfy it. Each Node must be a
+// *redis.Ring and redis.UniversalClient all satisfy it (a Ring of one shard
+// while the node guard is on: it watches one server). Each Node must be a
 // separate failure domain: Redlock's majority means nothing if two Nodes are
 // the same server, or a primary and its replica. A Node may itself be
 // replicated: a Sentinel-backed redis.NewFailoverClient, or a Redis Cluster
@@ -110,6 +111,7 @@ func newNodes(nodes []Node, o *Options) ([]node, error) {
 	out := make([]node, len(nodes))
 	seen := make(map[any]int, len(nodes))
 	identities := make([]string, len(nodes))
+	declared := new(atomic.Int64) // the longest MaxTTL declared on any node (see guard.learn)
 	for i, n := range nodes {
 		if n == nil {
 			return nil, fmt.Errorf("redlock: node %d is nil", i)
@@ -128,8 +130,13 @@ func newNodes(nodes []Node, o *Options) ([]node, error) {
 		}
 		out[i] = node{Node: n, index: i, name: name, sending: new(atomic.Int32), stats: new(nodeStats)}
 		if !o.NoQuarantine {
+			if r, ok := n.(*redis.Ring); ok && len(r.Options().Addrs) > 1 {
+				// The guard's marker lives on one shard; a lock key on
+				// another would go unguarded there.
+				return nil, fmt.Errorf("redlock: node %d is a *redis.Ring of %d shards: the node guard cannot watch more than one server per node (give each shard as a node of its own, or set Options.NoQuarantine)", i, len(r.Options().Addrs))
+			}
 			_, cluster := n.(*redis.ClusterClient)
-			out[i].guard = newGuard(o, cluster)
+			out[i].guard = newGuard(o, cluster, declared)
 		}
 		if c, ok := n.(*redis.Client); ok && !o.NoAutoPipeline {
 			out[i].pipe = &pipeline{client: c, stallAfter: stallAfter(o.NodeTimeout), guard: out[i].guard}

@@ -56,9 +56,9 @@ type Options struct {
 	// persistence, a flush) rejoin safely once MaxTTL has passed: the
 	// Redis documentation's delayed restart (see docs/failure-models.md).
 	// The node guard quarantines for the longest MaxTTL any Locker
-	// declared on the node (its marker carries it), so Lockers with
-	// different values stay safe together. Default 1 minute; must not be
-	// negative.
+	// declared on its nodes (their markers carry it); a node that forgot
+	// its memory forgot that too, so give every Locker of a deployment the
+	// same value. Default 1 minute; must not be negative.
 	MaxTTL time.Duration
 
 	// NoQuarantine turns the node guard off (see Locker.TrustNodes and

@@ -427,7 +427,7 @@ func (p *pipeline) exec(batch []job) {
 		_, _ = again.Exec(ctx)
 		for i := range batch {
 			if j := &batch[i]; j.deletedFirst {
-				if n, err := j.cmd.Int64(); err != nil || n == 0 {
+				if n, err := j.cmd.Int64(); err != nil || n != 1 {
 					j.cmd.SetErr(nil)
 					j.cmd.SetVal(int64(1)) // its first run deleted the value
 				}
