@@ -66,19 +66,7 @@ func TestEvictedMarkerQuarantinesTheNode(t *testing.T) {
 					require.NotContains(t, commandStats(t, admin), "cmdstat_flush", "a flush would quarantine the node for the wrong reason")
 
 					second, err := l.TryLock(ctx, key, evictionHeldTTL)
-					left := held.Validity()
-					require.Positive(t, left, "the first lease ran out: a second grant would prove nothing")
-					if !guarded {
-						require.NoError(t, err, "the negative control: without the guard the process that evicted the held key grants it again")
-						require.NoError(t, second.Unlock(ctx))
-						drain(t, l)
-						return
-					}
-					require.ErrorIs(t, err, redlock.ErrNodeQuarantined,
-						"the guard took an evicted marker for memory begun at the process's start: a second lease of %q while the first is valid for %v more", key, left)
-					require.Nil(t, second)
-					t.Logf("refused: %v", err)
-					drain(t, l)
+					requireGuardDecides(t, l, held, second, err, guarded, "the guard took an evicted marker for memory begun at the process's start")
 				})
 			}
 		})

@@ -90,18 +90,7 @@ func TestGuardSeesANewProcessBehindEveryNodeKind(t *testing.T) {
 							s.requireForgot(t, before, key, held.Value())
 
 							second, err := l.TryLock(ctx, key, heldTTL)
-							left := held.Validity()
-							require.Positive(t, left, "the first lease ran out: a second grant would prove nothing")
-							if !guarded {
-								require.NoError(t, err, "the negative control: without the guard the restarted process grants the held lock again")
-								require.NoError(t, second.Unlock(ctx))
-								drain(t, l)
-								return
-							}
-							require.ErrorIs(t, err, redlock.ErrNodeQuarantined,
-								"the guard did not see the new process behind a %s: a second lease of %q while the first is valid for %v more", kind.name, key, left)
-							require.Nil(t, second)
-							drain(t, l)
+							requireGuardDecides(t, l, held, second, err, guarded, "the guard did not see the new process behind a "+kind.name)
 						})
 					}
 				})
@@ -242,6 +231,26 @@ func TestFailedExaminationDoesNotVouchForANewProcess(t *testing.T) {
 			}
 		})
 	}
+}
+
+// requireGuardDecides checks the second TryLock (second, err) of held's
+// key while held is valid: granted without the guard (the negative
+// control, which releases it again), refused as a quarantine with it
+// (failure says what a grant would mean).
+func requireGuardDecides(t *testing.T, l *redlock.Locker, held, second *redlock.Lease, err error, guarded bool, failure string) {
+	t.Helper()
+	left := held.Validity()
+	require.Positive(t, left, "the first lease ran out: a second grant would prove nothing")
+	if !guarded {
+		require.NoError(t, err, "the negative control: without the guard the node grants the held lock again")
+		require.NoError(t, second.Unlock(t.Context()))
+		drain(t, l)
+		return
+	}
+	require.ErrorIs(t, err, redlock.ErrNodeQuarantined, "%s: a second lease of %q while the first is valid for %v more", failure, held.Key(), left)
+	require.Nil(t, second)
+	t.Logf("refused: %v", err)
+	drain(t, l)
 }
 
 // requireNotVouched fails the test if the TryLock that returned (second,
