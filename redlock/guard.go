@@ -98,6 +98,9 @@ type quarantineError struct {
 }
 
 func (e *quarantineError) Error() string {
+	if e.left <= 0 {
+		return fmt.Sprintf("%v for this round trip: %s", ErrNodeQuarantined, e.cause)
+	}
 	return fmt.Sprintf("%v for %v more: %s", ErrNodeQuarantined, e.left.Round(time.Millisecond), e.cause)
 }
 
@@ -105,7 +108,7 @@ func (e *quarantineError) Is(target error) bool { return target == ErrNodeQuaran
 
 // What a quarantine says of its cause.
 const (
-	memoryCause = "its memory began less than MaxTTL ago (a restart without persistence, a flush, an eviction, or a first use; Locker.TrustNodes lifts it for a deployment known to hold no locks)"
+	memoryCause = "its memory began less than MaxTTL ago (a restart without persistence, a flush, an eviction, a failover to a replica that may lack grants because not every replica was waited for, or a first use; Locker.TrustNodes lifts it for a deployment known to hold no locks)"
 	jumpCause   = "its clock jumped forward by %v less than MaxTTL ago, so keys it granted before may have expired early"
 )
 
@@ -116,7 +119,7 @@ var (
 
 	//go:embed scripts/trust.lua
 	trustLua    string
-	trustScript = newScript("trust", "SET, INFO", trustLua)
+	trustScript = newScript("trust", "GET, SET, INFO", trustLua)
 )
 
 // markerExpiry returns a new absolute expiry for a standalone node's marker,
@@ -153,6 +156,11 @@ type guard struct {
 	clock   *drift.Estimator // nil: not measured (a Redis Cluster node)
 	cluster bool
 
+	// waitReplicas is Options.WaitReplicas: how many replicas this
+	// Locker's grants wait for, which the marker's history records (see
+	// examine.lua and failover.go).
+	waitReplicas int
+
 	// examined runs the node's examinations and keeps the copies of the
 	// examine script that proved them (see proof.go).
 	examined examinations
@@ -175,6 +183,9 @@ type guard struct {
 	// standalone is the proof of markerKey's state (nil: none), read by
 	// every batch's companions without taking mu.
 	standalone atomic.Pointer[examination]
+	// watchStandalone says markerKey's state needs the replication
+	// companion (see failover.go), read without taking mu.
+	watchStandalone atomic.Bool
 
 	mu       sync.Mutex
 	memory   map[string]memoryState // by marker key
@@ -193,10 +204,14 @@ type memoryState struct {
 	examinedAt time.Time
 	age        time.Duration
 	proof      *examination // the copy of the examine script that examined it (see proof.go)
+	// history is the marker's replication history (see failover.go); watch
+	// says the batches check it with the replication companion.
+	history history
+	watch   bool
 }
 
 func newGuard(o *Options, cluster bool, declared *atomic.Int64) *guard {
-	g := &guard{maxTTL: o.MaxTTL, bound: o.bound(), now: o.Clock, cluster: cluster, declared: declared, memory: map[string]memoryState{}}
+	g := &guard{maxTTL: o.MaxTTL, waitReplicas: o.WaitReplicas, bound: o.bound(), now: o.Clock, cluster: cluster, declared: declared, memory: map[string]memoryState{}}
 	if !cluster {
 		g.clock = drift.NewEstimator(g.bound)
 	}
@@ -223,6 +238,10 @@ type companions struct {
 	exists *redis.BoolSliceCmd
 	proof  *examination   // what exists asks of; nil: never examined, and judge examines
 	time   *redis.TimeCmd // nil: the clock is read by pttl, or not measured
+	// replication is INFO replication, where the marker's history says
+	// every grant reaches every replica and the node's replicas must be
+	// watched to keep it true (see failover.go); nil: not needed.
+	replication *redis.StringCmd
 }
 
 // The companions' arguments, which every call shares (nothing writes them).
@@ -236,12 +255,17 @@ var (
 
 func (g *guard) companions(ctx context.Context, marker string) companions {
 	c := companions{marker: marker}
+	watch := false
 	if marker == markerKey {
-		c.proof = g.standalone.Load()
+		c.proof, watch = g.standalone.Load(), g.watchStandalone.Load()
 	} else {
 		g.mu.Lock()
-		c.proof = g.memory[marker].proof
+		state := g.memory[marker]
+		c.proof, watch = state.proof, state.watch
 		g.mu.Unlock()
+	}
+	if watch {
+		c.replication = redis.NewStringCmd(ctx, replicationInfoArgs...)
 	}
 	if c.proof != nil {
 		c.exists = redis.NewBoolSliceCmd(ctx, c.proof.existsArgs...)
@@ -277,6 +301,9 @@ func (c *companions) appendTo(cmds []redis.Cmder) []redis.Cmder {
 	}
 	if c.time != nil {
 		cmds = append(cmds, c.time)
+	}
+	if c.replication != nil {
+		cmds = append(cmds, c.replication)
 	}
 	return cmds
 }
@@ -330,10 +357,23 @@ func (g *guard) judge(ctx context.Context, ex redis.Scripter, c companions, sent
 	case state.proof != c.proof:
 		known = false // examined again since the companions left
 	}
-	if !known || suspect {
-		var err error
-		if state, err = g.examine(ctx, ex, c.marker); err != nil {
+	if c.replication != nil {
+		changed, err := state.history.changedIn(c.replication)
+		if err != nil {
 			return err
+		}
+		known = known && !changed
+	}
+	if !known || suspect {
+		var (
+			err      error
+			weakened bool
+		)
+		if state, weakened, err = g.examine(ctx, ex, c.marker); err != nil {
+			return err
+		}
+		if weakened {
+			return errWeakened
 		}
 	}
 	return g.verdict(state)
@@ -382,9 +422,13 @@ func (g *guard) verdictAt(state memoryState, now time.Time) error {
 
 // examine runs examine.lua on the node through ex and records what it
 // found: when the node's memory began, in this process's time.
-func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (memoryState, error) {
+//
+// weakened reports that the examination took back the marker's word that
+// every grant reaches every replica (see failover.go): a grant that went
+// before it on the node must not count.
+func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (_ memoryState, weakened bool, _ error) {
 	sent := time.Now()
-	res, proof, err := g.examined.run(ctx, ex, marker, markerExpiry(), g.quarantineTTL().Milliseconds())
+	res, proof, err := g.examined.run(ctx, ex, marker, markerExpiry(), g.quarantineTTL().Milliseconds(), g.waitReplicas)
 	received := time.Now()
 	if err != nil {
 		// Whatever this Locker knew of the marker is stale now: the next
@@ -395,18 +439,22 @@ func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (
 			g.standalone.Store(nil)
 		}
 		g.mu.Unlock()
-		return memoryState{}, fmt.Errorf("redlock: the guard's examine script (it calls %s on %s): %w", examineScript.calls, marker, denied("the guard's examine script", err))
+		return memoryState{}, false, fmt.Errorf("redlock: the guard's examine script (it calls %s on %s): %w", examineScript.calls, marker, denied("the guard's examine script", err))
 	}
-	value, nodeNow, expiry, err := parseExamined(res)
+	value, nodeNow, expiry, found, err := parseExamined(res)
 	if err != nil {
-		return memoryState{}, err
+		return memoryState{}, false, err
 	}
-	began, declared, err := parseMarker(value)
+	m, err := parseMarker(value)
 	if err != nil {
-		return memoryState{}, fmt.Errorf("redlock: the guard's marker %q: %w", marker, err)
+		return memoryState{}, false, fmt.Errorf("redlock: the guard's marker %q: %w", marker, err)
 	}
-	g.learn(declared)
-	state := memoryState{marker: value, proof: proof, examinedAt: g.now.Now(), age: nodeNow.Sub(time.UnixMilli(began))}
+	g.learn(m.declared)
+	state := memoryState{marker: value, proof: proof, examinedAt: g.now.Now(), age: nodeNow.Sub(time.UnixMilli(m.began)), history: m.history}
+	state.watch = g.waitReplicas > 0 && m.history.covered()
+	if before, err := parseMarker(found); err == nil && found != "" {
+		weakened = before.history.covered() && !m.history.covered()
+	}
 	if g.clock != nil {
 		g.record(drift.Reading{Sent: sent, Received: received, Node: nodeNow})
 		if expiry.follows(nodeNow) {
@@ -420,9 +468,10 @@ func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (
 	}
 	if marker == markerKey {
 		g.standalone.Store(proof)
+		g.watchStandalone.Store(state.watch)
 	}
 	g.mu.Unlock()
-	return state, nil
+	return state, weakened, nil
 }
 
 // clearAt is when state's memory has been whole for the quarantine's
@@ -441,23 +490,39 @@ func (g *guard) clearAt(state memoryState) time.Time {
 	return state.examinedAt.Add(left + g.bound.Of(left))
 }
 
-// parseMarker reads a marker, "<began> <run_id> <maxttl>" (or, written by
-// earlier versions, without the MaxTTL): when the memory began (Unix ms, the
-// node's clock) and the longest MaxTTL a Locker declared (0: none said).
-func parseMarker(value string) (began int64, declared time.Duration, err error) {
+// markerFields is a marker's content (see examine.lua).
+type markerFields struct {
+	began    int64         // when the memory began (Unix ms, the node's clock)
+	declared time.Duration // the longest MaxTTL a Locker declared (0: none said)
+	history  history
+}
+
+// parseMarker reads a marker, "<began> <run_id> <maxttl> <replid> <fed>
+// <wait> <replicas>", or one written by earlier versions, with only the
+// first two or three fields (no history: never covered).
+func parseMarker(value string) (markerFields, error) {
+	var m markerFields
 	f := strings.Fields(value)
-	if len(f) == 2 || len(f) == 3 {
-		began, err = strconv.ParseInt(f[0], 10, 64)
-		if err == nil && len(f) == 3 {
-			var ms int64
-			ms, err = strconv.ParseInt(f[2], 10, 64)
-			declared = time.Duration(ms) * time.Millisecond
+	if len(f) != 2 && len(f) != 3 && len(f) != 7 {
+		return m, fmt.Errorf("holds %q, not \"<ms> <run_id> <maxttl ms> <replid> <fed> <wait> <replicas>\"", value)
+	}
+	var err error
+	if m.began, err = strconv.ParseInt(f[0], 10, 64); err != nil {
+		return m, fmt.Errorf("holds %q, whose first field is not a time in ms", value)
+	}
+	if len(f) >= 3 {
+		ms, err := strconv.ParseInt(f[2], 10, 64)
+		if err != nil {
+			return m, fmt.Errorf("holds %q, whose MaxTTL field is not in ms", value)
 		}
-		if err == nil {
-			return began, declared, nil
+		m.declared = time.Duration(ms) * time.Millisecond
+	}
+	if len(f) == 7 {
+		if m.history, err = parseHistory(f[3], f[5], f[6]); err != nil {
+			return m, fmt.Errorf("holds %q: %w", value, err)
 		}
 	}
-	return 0, 0, fmt.Errorf("holds %q, not \"<ms> <run_id> <maxttl ms>\"", value)
+	return m, nil
 }
 
 // learn records the longest MaxTTL a Locker declared on the node, and
@@ -501,19 +566,22 @@ func (e markerExpiryRead) follows(start time.Time) bool {
 }
 
 // parseExamined reads examine.lua's reply {marker, seconds, microseconds,
-// expiry, pttl, seconds, microseconds}.
-func parseExamined(res []any) (marker string, nodeNow time.Time, expiry markerExpiryRead, err error) {
-	if len(res) == 7 {
+// expiry, pttl, seconds, microseconds, found}; found is "" where the script
+// found no marker (Lua's false comes as a nil reply).
+func parseExamined(res []any) (marker string, nodeNow time.Time, expiry markerExpiryRead, found string, err error) {
+	if len(res) == 8 {
 		marker, ok := res[0].(string)
 		start, err1 := timeOfReply(res[1], res[2])
 		at, ok3 := res[3].(int64)
 		pttl, ok4 := res[4].(int64)
 		end, err2 := timeOfReply(res[5], res[6])
-		if ok && marker != "" && err1 == nil && err2 == nil && ok3 && ok4 {
-			return marker, start, markerExpiryRead{at: at, pttl: pttl, end: end}, nil
+		found, ok5 := res[7].(string)
+		ok5 = ok5 || res[7] == nil
+		if ok && marker != "" && err1 == nil && err2 == nil && ok3 && ok4 && ok5 {
+			return marker, start, markerExpiryRead{at: at, pttl: pttl, end: end}, found, nil
 		}
 	}
-	return "", time.Time{}, markerExpiryRead{}, fmt.Errorf("redlock: unexpected reply from the guard's examine script: %v", res)
+	return "", time.Time{}, markerExpiryRead{}, "", fmt.Errorf("redlock: unexpected reply from the guard's examine script: %v", res)
 }
 
 // timeOfReply reads TIME's two fields, as a script passes them on.
@@ -588,7 +656,7 @@ func (l *Locker) TrustNodes(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for i, n := range l.nodes {
 		wg.Go(func() {
-			if err := n.trust(ctx, l.opts.MaxTTL); err != nil {
+			if err := n.trust(ctx, l.opts.MaxTTL, l.opts.WaitReplicas); err != nil {
 				errs[i] = fmt.Errorf("redlock: TrustNodes: %s: %w", n.name, denied("the trust script (it calls "+trustScript.calls+")", err))
 				return
 			}
@@ -611,14 +679,14 @@ func (g *guard) forget(ctx context.Context, ex redis.Scripter) error {
 	if g.cluster {
 		return nil
 	}
-	_, err := g.examine(ctx, ex, markerKey)
+	_, _, err := g.examine(ctx, ex, markerKey)
 	return err
 }
 
-func (n node) trust(ctx context.Context, maxTTL time.Duration) error {
+func (n node) trust(ctx context.Context, maxTTL time.Duration, waitReplicas int) error {
 	cc, ok := n.Node.(*redis.ClusterClient)
 	if !ok {
-		return trustScript.Run(ctx, n.Node, []string{markerKey}, markerExpiry(), maxTTL.Milliseconds()).Err()
+		return trustScript.Run(ctx, n.Node, []string{markerKey}, markerExpiry(), maxTTL.Milliseconds(), waitReplicas).Err()
 	}
 	// Every slot's marker, written on the master that serves it, with that
 	// master's run_id: plain SETs, in one pipeline per master (16,384
@@ -645,7 +713,8 @@ func (n node) trust(ctx context.Context, maxTTL time.Duration) error {
 		if !ok {
 			return fmt.Errorf("the master %s of slots %d-%d is not one the client knows", r.Nodes[0].Addr, r.Start, r.End)
 		}
-		marker := fmt.Sprintf("0 %s %d", runID(ctx, m), maxTTL.Milliseconds())
+		run, replid, fed, replicas := processOf(ctx, m)
+		marker := fmt.Sprintf("0 %s %d %s %d %d %d", run, maxTTL.Milliseconds(), replid, fed, waitReplicas, replicas)
 		if _, err := m.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for slot := r.Start; slot <= r.End; slot++ {
 				p.Set(ctx, slotMarker(int(slot)), marker, 0)
@@ -658,12 +727,21 @@ func (n node) trust(ctx context.Context, maxTTL time.Duration) error {
 	return nil
 }
 
-// runID is the server process's run_id (INFO server), or "?" where the
-// server does not say, as examine.lua reads it.
-func runID(ctx context.Context, c *redis.Client) string {
-	info, err := c.Info(ctx, "server").Result()
-	if id := infoFields(info)["run_id"]; err == nil && id != "" {
-		return id
+// processOf reads what a marker says of a server process and its
+// replication, as examine.lua reads it: its run_id, master_replid, the
+// bytes it read from a primary, and its replicas ("?" and 0 where the
+// server does not say).
+func processOf(ctx context.Context, c *redis.Client) (run, replid string, fed int64, replicas int) {
+	info, err := c.Info(ctx, "server", "replication", "stats").Result()
+	f := infoFields(info)
+	run, replid = f["run_id"], f["master_replid"]
+	if err != nil || run == "" {
+		run = "?"
 	}
-	return "?"
+	if err != nil || replid == "" {
+		replid = "?"
+	}
+	fed, _ = strconv.ParseInt(f["total_net_repl_input_bytes"], 10, 64)
+	replicas, _ = strconv.Atoi(f["connected_slaves"])
+	return run, replid, fed, replicas
 }

@@ -112,6 +112,12 @@ type Options struct {
 	// failover to a replica that never received the lock grants it twice; it
 	// does not close it (see docs/failure-models.md). Releases and Check send
 	// no WAIT. Needs *redis.Client or *redis.ClusterClient nodes.
+	//
+	// The node guard quarantines a promoted replica for MaxTTL unless every
+	// guarded Locker's WaitReplicas is at least the number of replicas the
+	// node had (see failover.go): give every Locker of a deployment the
+	// same value, and no fewer than the replicas each node has, or expect
+	// MaxTTL without the node after each failover.
 	// Default 0: no WAIT; must not be negative.
 	WaitReplicas int
 

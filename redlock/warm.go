@@ -106,7 +106,7 @@ func (n node) warm(ctx context.Context) error {
 	// started (see guard.go). A Redis Cluster node has a marker per slot:
 	// each is examined on its first use.
 	if n.guard != nil && !n.guard.cluster {
-		if _, err := n.guard.examine(ctx, n.Node, markerKey); err != nil {
+		if _, _, err := n.guard.examine(ctx, n.Node, markerKey); err != nil {
 			return err
 		}
 	}

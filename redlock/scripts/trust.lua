@@ -1,26 +1,44 @@
 -- Locker.TrustNodes: the memory of this server process is whole. Marks
 -- KEYS[1] (the node's memory marker, see examine.lua) as begun at 0 for
--- this run_id, so that the node guard never quarantines it in this run; a
--- new process that loads it without AOF, or a flush that removes it, is
--- caught again. A server that has no INFO (miniredis) is named "?"; an ACL
--- refusal of INFO is raised. ARGV[1] is the marker's new absolute expiry
--- (ms), as examine.lua gives it.
-local id = "?"
-local info = redis.pcall("INFO", "server")
-if type(info) == "table" and info.err then
-	if string.find(info.err, "NOPERM", 1, true) or string.find(info.err, "can't run", 1, true) or string.find(info.err, "ACL failure", 1, true) then
-		error(info)
+-- this run_id and replication history, so that the node guard never
+-- quarantines it in this run; a new process that loads it without AOF, a
+-- flush that removes it, or a failover that the marker's history does not
+-- cover, is caught again. A server that has no INFO (miniredis) is named
+-- "?"; an ACL refusal of INFO is raised. ARGV[1] is the marker's new
+-- absolute expiry (ms), as examine.lua gives it; ARGV[2] the trusting
+-- Locker's MaxTTL (ms) and ARGV[3] its WaitReplicas, which start the
+-- history's record of them.
+local function info(section)
+	local r = redis.pcall("INFO", section)
+	if type(r) == "table" and r.err then
+		if string.find(r.err, "NOPERM", 1, true) or string.find(r.err, "can't run", 1, true) or string.find(r.err, "ACL failure", 1, true) then
+			error(r)
+		end
+		return nil
 	end
-elseif type(info) == "string" then
-	id = string.match(info, "run_id:(%x+)") or "?"
+	return r
+end
+local id, replid, replicas, fed = "?", "?", 0, 0
+local server = info("server")
+if server then
+	id = string.match(server, "run_id:(%x+)") or "?"
+end
+local r = info("replication")
+if r then
+	replid = string.match(r, "master_replid:(%x+)") or "?"
+	replicas = tonumber(string.match(r, "connected_slaves:(%d+)") or "0")
+end
+local stats = info("stats")
+if stats then
+	fed = tonumber(string.match(stats, "total_net_repl_input_bytes:(%d+)") or "0")
 end
 -- The longest MaxTTL a Locker declared (ARGV[2], and the marker's own) is
 -- kept: see examine.lua.
 local declared = tonumber(ARGV[2]) or 0
 local m = redis.call("GET", KEYS[1])
-local d = m and tonumber(string.match(m, "^%d+ %S+ (%d+)$") or "")
+local d = m and tonumber(string.match(m, "^%d+ %S+ (%d+)") or "")
 if d and d > declared then
 	declared = d
 end
-redis.call("SET", KEYS[1], string.format("0 %s %d", id, declared), "PXAT", ARGV[1])
+redis.call("SET", KEYS[1], string.format("0 %s %d %s %d %d %d", id, declared, replid, fed, tonumber(ARGV[3]) or 0, replicas), "PXAT", ARGV[1])
 return 1

@@ -18,21 +18,22 @@ import (
 
 // N = 1 on a Redis Cluster: one *redis.ClusterClient as the Locker's only
 // node (3 masters with two replicas each, plain processes on 127.0.0.1),
-// with fencing and WaitReplicas 1. Lease, extend, check, Do past its TTL,
+// with fencing and WaitReplicas 2. Lease, extend, check, Do past its TTL,
 // and fencing tokens that grow. The WAIT goes to the master of the lock's
 // slot: with that master's two replicas frozen, the grant is refused as
-// ErrNotReplicated and leaves no key (a Locker without WaitReplicas gets
-// the lease: only the acknowledgement was missing). Then the master dies
-// while a lease is held; the cluster promotes a replica (which has the key,
-// as WAIT confirmed), and the same Locker, with no help from the test,
-// finds the new master: the held lease still checks, contention is still
-// contention, and the next lease (acknowledged by the remaining replica)
-// has a higher token.
+// ErrNotReplicated and leaves no key (an unguarded Locker without
+// WaitReplicas gets the lease: only the acknowledgement was missing). Then
+// the master dies while a lease is held; the cluster promotes a replica
+// (which has the key, as WAIT confirmed), and the same Locker, with no
+// help from the test, finds the new master, which the node guard lets in
+// at once (every grant waited for both replicas): the held lease still
+// checks, contention is still contention, and the next lease (of a Locker
+// that waits for the one replica left) has a higher token.
 func TestClusterAsOneNode(t *testing.T) {
 	ctx := t.Context()
 	cluster := procs.StartCluster(t, harness.SuiteServer(), 3, 2)
 	cc := cluster.Client(t)
-	opts := &redlock.Options{Fencing: true, WaitReplicas: 1, NodeTimeout: 2 * time.Second}
+	opts := &redlock.Options{Fencing: true, WaitReplicas: 2, NodeTimeout: 2 * time.Second}
 	l := newLockerOn(t, []redlock.Node{cc}, opts)
 	require.NoError(t, l.Warm(ctx))
 	const key = "cluster-lock"
@@ -68,7 +69,10 @@ func TestClusterAsOneNode(t *testing.T) {
 	require.ErrorIs(t, err, redlock.ErrNotReplicated, "the slot's replicas are frozen")
 	drain(t, l)
 	require.ErrorIs(t, master.Client.Get(ctx, key).Err(), redis.Nil, "the refused grant's key")
-	unacknowledged := newLockerOn(t, []redlock.Node{cc}, &redlock.Options{Fencing: true, NodeTimeout: time.Second})
+	// Unguarded: a guarded Locker that waits for no replica would take
+	// back the marker's word that every grant reaches every replica, and
+	// the failover below would be quarantined (see redlock/failover.go).
+	unacknowledged := untrustingLocker(t, []redlock.Node{cc}, &redlock.Options{Fencing: true, NodeTimeout: time.Second, NoQuarantine: true})
 	p, err := unacknowledged.TryLock(ctx, key, time.Minute)
 	require.NoError(t, err, "without WaitReplicas")
 	require.NoError(t, p.Unlock(ctx))
@@ -96,7 +100,10 @@ func TestClusterAsOneNode(t *testing.T) {
 	require.NoError(t, held.Check(ctx), "the lease on the promoted replica")
 	require.NoError(t, held.Unlock(ctx))
 
-	next, err := l.Lock(lctx, key, time.Minute)
+	// The new master has one replica: a Locker that waits for one, not
+	// trusted, finds every grant of the history waited for.
+	after := untrustingLocker(t, []redlock.Node{cc}, &redlock.Options{Fencing: true, WaitReplicas: 1, NodeTimeout: 2 * time.Second})
+	next, err := after.Lock(lctx, key, time.Minute)
 	require.NoError(t, err, "a lease acknowledged by the new master's replica")
 	require.Greater(t, next.Token(), held.Token(), "fencing tokens grow across the failover")
 	require.NoError(t, next.Unlock(ctx))

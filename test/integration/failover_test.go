@@ -78,8 +78,10 @@ func (s *sentinelNodes) failOver(t *testing.T, nodes ...int) {
 // The control: a failover to replicas that never received the lock. With
 // nodes 0 and 1's replication cut, A acquires on all
 // three primaries; primaries 0 and 1 die; their replicas come back and are
-// promoted, without A's key; B acquires while A's lease is still valid. The
-// double grant that asynchronous replication allows.
+// promoted, without A's key; B, without the node guard (NoQuarantine),
+// acquires while A's lease is still valid. The double grant that
+// asynchronous replication allows; a guarded Locker finds the promoted
+// replicas quarantined.
 func TestFailoverWithoutWaitDoubleGrants(t *testing.T) {
 	ctx := t.Context()
 	s := startSentinelNodes(t)
@@ -91,7 +93,12 @@ func TestFailoverWithoutWaitDoubleGrants(t *testing.T) {
 	leaseA, err := a.TryLock(ctx, "failover", time.Minute)
 	require.NoError(t, err)
 	s.failOver(t, 0, 1)
-	b := newLockerOn(t, s.clients(t), &redlock.Options{NodeTimeout: time.Second})
+	// The node guard sees that the promoted replicas' history was not
+	// waited for (see TestFailoverIsJudgedByHistoryNotAge).
+	guarded := untrustingLocker(t, s.clients(t), &redlock.Options{NodeTimeout: time.Second})
+	_, err = guarded.TryLock(ctx, "failover", time.Minute)
+	require.ErrorIs(t, err, redlock.ErrNodeQuarantined, "a guarded Locker after the failover")
+	b := untrustingLocker(t, s.clients(t), &redlock.Options{NodeTimeout: time.Second, NoQuarantine: true})
 	leaseB, err := b.TryLock(ctx, "failover", time.Minute)
 	require.NoError(t, err, "B did not get the lock after the failover: the control shows nothing")
 	require.Positive(t, leaseA.Validity(), "A's lease ran out before B won")
@@ -133,7 +140,9 @@ func TestFailoverWithWaitReplicas(t *testing.T) {
 	leaseA, err := a.TryLock(ctx, "failover", time.Minute)
 	require.NoError(t, err)
 	s.failOver(t, 0, 1)
-	b := newLockerOn(t, s.clients(t), opts)
+	// Not trusted: the guard lets the promoted replicas in at once, since
+	// every grant waited for the one replica each primary had.
+	b := untrustingLocker(t, s.clients(t), opts)
 	require.NoError(t, b.Warm(ctx))
 	// Nodes 0 and 1 have no replica now: their WAIT runs its whole timeout
 	// (half the NodeTimeout) before the pipeline brings their answer back,
