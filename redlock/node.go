@@ -73,6 +73,7 @@ type node struct {
 	sending *atomic.Int32 // calls sent and not yet returned, without pipe
 	guard   *guard        // nil: Options.NoQuarantine
 	stats   *nodeStats    // for Health
+	outside *outsiders    // a Redis Cluster node's clients of masters its ClusterClient does not offer (see cluster.go); nil elsewhere
 }
 
 // maxSending bounds the calls one Locker has outstanding on one node that has
@@ -129,6 +130,9 @@ func newNodes(nodes []Node, o *Options) ([]node, error) {
 			identities[i] = fmt.Sprintf("~%06d", i) // after every address, in list order
 		}
 		out[i] = node{Node: n, index: i, name: name, sending: new(atomic.Int32), stats: new(nodeStats)}
+		if _, ok := n.(*redis.ClusterClient); ok {
+			out[i].outside = new(outsiders)
+		}
 		if !o.NoQuarantine {
 			if r, ok := n.(*redis.Ring); ok && len(r.Options().Addrs) > 1 {
 				// The guard's marker lives on one shard; a lock key on

@@ -319,3 +319,56 @@ func clientOf(t *testing.T, p *procs.Proc) *redis.Client {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// TestAskToAMasterThatServesNoSlot: a slot migrates to a master just added
+// to the cluster, which serves no slot yet (as redis-cli --cluster reshard
+// does right after add-node), so the master is not in CLUSTER SLOTS and the
+// ClusterClient offers no client of it. While the slot migrates, a plain
+// acquisition of a key not on the source is answered ASK by the source; a
+// guarded Locker sends the grant and the guard's companions to the slot's
+// master itself, on both transports (a ClusterClient node takes the direct
+// path either way), and must follow the ASK to the new master. (Before, it
+// looked the address up among the masters that serve slots, found none,
+// and failed every such acquisition with the ASK as the node's error.) The
+// control: an unguarded Locker, through the ClusterClient, gets the lease
+// too. Once the slot has moved, the lease is on the new master and
+// releases from there.
+func TestAskToAMasterThatServesNoSlot(t *testing.T) {
+	ctx := t.Context()
+	cluster := procs.StartCluster(t, harness.SuiteServer(), 3, 0)
+	added := cluster.AddMaster(t)
+	cc := cluster.Client(t)
+	const key = "it:ask-to-new"
+	move, err := cluster.MoveSlotTo(ctx, cc, key, added)
+	require.NoError(t, err)
+	require.Equal(t, added, move.Target)
+	guarded := newLockerOn(t, []redlock.Node{cc}, &redlock.Options{NodeTimeout: 2 * time.Second})
+	unguarded := newLockerOn(t, []redlock.Node{cc}, &redlock.Options{NodeTimeout: 2 * time.Second, NoQuarantine: true})
+	warm, err := guarded.TryLock(ctx, key, time.Minute)
+	require.NoError(t, err, "before the migration")
+	require.NoError(t, warm.Unlock(ctx))
+
+	require.NoError(t, move.Begin(ctx))
+	for _, l := range []*redlock.Locker{unguarded, guarded} {
+		lease, err := l.TryLock(ctx, key, time.Minute)
+		require.NoError(t, err, "an acquisition redirected by ASK to a master that serves no slot")
+		var exists *redis.IntCmd
+		_, err = added.Client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Do(ctx, "ASKING")
+			exists = p.Exists(ctx, key)
+			return nil
+		})
+		require.NoError(t, err)
+		require.EqualValues(t, 1, exists.Val(), "the key is on the importing master")
+		require.NoError(t, lease.Unlock(ctx))
+	}
+	held, err := guarded.TryLock(ctx, key, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, move.Finish(ctx))
+	require.NoError(t, held.Check(ctx), "the lease on the slot's new master")
+	require.NoError(t, held.Unlock(ctx))
+	drain(t, guarded)
+	n, err := added.Client.Exists(ctx, key).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "released on the new master")
+}

@@ -349,6 +349,45 @@ func StartCluster(t testing.TB, server string, masters, replicasEach int, args .
 	return c
 }
 
+// AddMaster starts one more cluster node and joins it to the cluster
+// (CLUSTER MEET) as a master that serves no slot, waiting until every
+// node knows it and it sees the cluster ok.
+func (c *Cluster) AddMaster(t testing.TB, args ...string) *Proc {
+	t.Helper()
+	bin := Binary(t, c.server, "server")
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := Start(t, fmt.Sprintf("cluster node %d (added)", len(c.Nodes)), bin, port, append([]string{"--cluster-enabled", "yes",
+		"--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "1000",
+		"--cluster-announce-ip", "127.0.0.1", "--cluster-port", strconv.Itoa(BusPort(port)),
+		"--save", "", "--appendonly", "no"}, args...)...)
+	ctx := context.Background()
+	if err := c.Nodes[0].Client.Do(ctx, "CLUSTER", "MEET", "127.0.0.1", port, BusPort(port)).Err(); err != nil {
+		t.Fatalf("procs: CLUSTER MEET %s: %v", p.Addr, err)
+	}
+	id, err := p.Client.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Nodes = append(c.Nodes, p)
+	for _, n := range c.Nodes {
+		if !n.Alive() {
+			continue
+		}
+		WaitFor(t, 30*time.Second, n.Name+" knows the added node", func() (bool, error) {
+			nodes, err := n.Client.ClusterNodes(ctx).Result()
+			return err == nil && strings.Contains(nodes, id), err
+		})
+	}
+	WaitFor(t, 30*time.Second, p.Name+" sees the cluster ok", func() (bool, error) {
+		info, err := p.Client.ClusterInfo(ctx).Result()
+		return err == nil && strings.Contains(info, "cluster_state:ok"), err
+	})
+	return p
+}
+
 // Addrs returns every node's address, for a ClusterClient.
 func (c *Cluster) Addrs() []string {
 	out := make([]string, len(c.Nodes))
@@ -475,8 +514,14 @@ type SlotMove struct {
 	targetID       string
 }
 
-// MoveSlotOf prepares the move of key's slot.
+// MoveSlotOf prepares the move of key's slot to another master.
 func (c *Cluster) MoveSlotOf(ctx context.Context, cc *redis.ClusterClient, key string) (*SlotMove, error) {
+	return c.MoveSlotTo(ctx, cc, key, nil)
+}
+
+// MoveSlotTo prepares the move of key's slot to target (nil: another
+// master).
+func (c *Cluster) MoveSlotTo(ctx context.Context, cc *redis.ClusterClient, key string, target *Proc) (*SlotMove, error) {
 	slot, err := cc.ClusterKeySlot(ctx, key).Result()
 	if err != nil {
 		return nil, err
@@ -493,10 +538,10 @@ func (c *Cluster) MoveSlotOf(ctx context.Context, cc *redis.ClusterClient, key s
 	if err != nil {
 		return nil, err
 	}
+	m.Target = target
 	for _, n := range masters {
-		if n != m.Source {
+		if m.Target == nil && n != m.Source {
 			m.Target = n
-			break
 		}
 	}
 	if m.Target == nil {
