@@ -33,24 +33,26 @@ func TestHistoryCovered(t *testing.T) {
 }
 
 // Markers of every version parse; the history comes only with the
-// seven-field form, and a malformed one is an error that shows it.
+// eight-field form, and a malformed one is an error that shows it.
 func TestParseMarker(t *testing.T) {
-	m, err := parseMarker("1700000000000 abc 60000 f00d 12 1 2")
+	m, err := parseMarker("1700000000000 abc 60000 f00d 12 1 2 7")
 	require.NoError(t, err)
 	assert.Equal(t, int64(1700000000000), m.began)
 	assert.Equal(t, time.Minute, m.declared)
 	assert.Equal(t, history{replid: "f00d", wait: 1, replicas: 2}, m.history)
+	assert.Equal(t, int64(7), m.evicted)
 
 	m, err = parseMarker("5 abc 1000")
 	require.NoError(t, err)
 	assert.Equal(t, time.Second, m.declared)
 	assert.False(t, m.history.covered(), "a marker of an earlier version covers nothing")
+	assert.Equal(t, int64(-1), m.evicted, "nor says what it evicted")
 
 	m, err = parseMarker("5 abc")
 	require.NoError(t, err)
 	assert.Zero(t, m.declared)
 
-	for _, bad := range []string{"", "x abc", "5 abc x", "5 abc 1000 f00d 0 -1 2", "5 abc 1000 f00d 0 1", "5 abc 1000 f00d 0 one 2"} {
+	for _, bad := range []string{"", "x abc", "5 abc x", "5 abc 1000 f00d 0 -1 2 0", "5 abc 1000 f00d 0 1 2", "5 abc 1000 f00d 0 one 2 0", "5 abc 1000 f00d 0 1 2 x", "5 abc 1000 f00d 0 1 2 3 4"} {
 		_, err := parseMarker(bad)
 		assert.Error(t, err, "%q", bad)
 		if err != nil {
@@ -118,4 +120,25 @@ func TestWeakenedVote(t *testing.T) {
 	assert.ErrorIs(t, errWeakened, ErrNodeQuarantined)
 	assert.Contains(t, errWeakened.Error(), "for this round trip")
 	assert.Contains(t, errWeakened.Error(), "WaitReplicas")
+}
+
+// The eviction companion reads evicted_keys; a reply without it, or with
+// something else there, fails the votes rather than pass them unwatched.
+func TestEvictionCompanion(t *testing.T) {
+	reply := func(body string) *redis.StringCmd {
+		cmd := redis.NewStringCmd(t.Context(), statsInfoArgs...)
+		cmd.SetVal(body)
+		return cmd
+	}
+	n, err := evictedIn(reply("# Stats\r\nexpired_keys:3\r\nevicted_keys:42\r\nevicted_clients:0\r\n"))
+	require.NoError(t, err)
+	assert.Equal(t, int64(42), n)
+	_, err = evictedIn(reply("# Stats\r\nexpired_keys:3\r\n"))
+	assert.ErrorContains(t, err, "evicted_keys")
+	_, err = evictedIn(reply("evicted_keys:many\r\n"))
+	assert.ErrorContains(t, err, "many")
+	refused := redis.NewStringCmd(t.Context())
+	refused.SetErr(serverError("NOPERM User u has no permissions to run the 'info' command"))
+	_, err = evictedIn(refused)
+	assert.ErrorIs(t, err, ErrNoPermission)
 }

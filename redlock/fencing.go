@@ -179,7 +179,12 @@ type NodeDurability struct {
 	AppendFsync     string // "always" needed
 	MaxmemoryPolicy string // "noeviction" needed
 	Durable         bool   // all three as needed
-	Err             error  // CONFIG GET failed (not permitted, or unreachable)
+	// Evicts says the node may evict keys, lock keys among them: maxmemory
+	// is set and its policy is not noeviction. The node guard then watches
+	// its evictions (see eviction.go), at the cost of INFO stats in every
+	// guarded batch, and quarantines it after one.
+	Evicts bool
+	Err    error // CONFIG GET failed (not permitted, or unreachable)
 }
 
 // Durability reads every node's appendonly, appendfsync and
@@ -206,9 +211,9 @@ func (l *Locker) Durability(ctx context.Context) []NodeDurability {
 
 func (n node) durability(ctx context.Context) NodeDurability {
 	d := NodeDurability{Node: n.index, Name: n.name}
-	res, err := n.Do(ctx, "CONFIG", "GET", "appendonly", "appendfsync", "maxmemory-policy").Result()
+	res, err := n.Do(ctx, "CONFIG", "GET", "appendonly", "appendfsync", "maxmemory-policy", "maxmemory").Result()
 	if err != nil {
-		err = denied("CONFIG GET (Durability reads appendonly, appendfsync, maxmemory-policy)", err)
+		err = denied("CONFIG GET (Durability reads appendonly, appendfsync, maxmemory-policy, maxmemory)", err)
 		d.Err = fmt.Errorf("CONFIG GET: %w", err)
 		return d
 	}
@@ -229,6 +234,7 @@ func (n node) durability(ctx context.Context) NodeDurability {
 	}
 	d.AppendOnly, d.AppendFsync, d.MaxmemoryPolicy = settings["appendonly"], settings["appendfsync"], settings["maxmemory-policy"]
 	d.Durable = d.AppendOnly == "yes" && d.AppendFsync == "always" && d.MaxmemoryPolicy == "noeviction"
+	d.Evicts = evicts(settings["maxmemory"], d.MaxmemoryPolicy)
 	return d
 }
 

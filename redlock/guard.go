@@ -184,8 +184,10 @@ type guard struct {
 	// every batch's companions without taking mu.
 	standalone atomic.Pointer[examination]
 	// watchStandalone says markerKey's state needs the replication
-	// companion (see failover.go), read without taking mu.
-	watchStandalone atomic.Bool
+	// companion (see failover.go), and evictsStandalone the eviction
+	// companion: read without taking mu.
+	watchStandalone  atomic.Bool
+	evictsStandalone atomic.Bool
 
 	mu       sync.Mutex
 	memory   map[string]memoryState // by marker key
@@ -208,6 +210,12 @@ type memoryState struct {
 	// says the batches check it with the replication companion.
 	history history
 	watch   bool
+	// evicts says the node may evict keys (maxmemory, and a policy other
+	// than noeviction), so that the batches watch its evictions with the
+	// eviction companion; evicted is how many keys the process had evicted
+	// at the examination (the marker's count).
+	evicts  bool
+	evicted int64
 }
 
 func newGuard(o *Options, cluster bool, declared *atomic.Int64) *guard {
@@ -242,6 +250,11 @@ type companions struct {
 	// every grant reaches every replica and the node's replicas must be
 	// watched to keep it true (see failover.go); nil: not needed.
 	replication *redis.StringCmd
+	// evictions is INFO stats, where the node may evict keys: an eviction
+	// may take lock keys and spare the marker (volatile-ttl evicts the
+	// soonest to expire), so a count that moved sends the guard to
+	// examine again, and the memory begins then; nil: not needed.
+	evictions *redis.StringCmd
 }
 
 // The companions' arguments, which every call shares (nothing writes them).
@@ -255,17 +268,20 @@ var (
 
 func (g *guard) companions(ctx context.Context, marker string) companions {
 	c := companions{marker: marker}
-	watch := false
+	watch, evicts := false, false
 	if marker == markerKey {
-		c.proof, watch = g.standalone.Load(), g.watchStandalone.Load()
+		c.proof, watch, evicts = g.standalone.Load(), g.watchStandalone.Load(), g.evictsStandalone.Load()
 	} else {
 		g.mu.Lock()
 		state := g.memory[marker]
-		c.proof, watch = state.proof, state.watch
+		c.proof, watch, evicts = state.proof, state.watch, state.evicts
 		g.mu.Unlock()
 	}
 	if watch {
 		c.replication = redis.NewStringCmd(ctx, replicationInfoArgs...)
+	}
+	if evicts {
+		c.evictions = redis.NewStringCmd(ctx, statsInfoArgs...)
 	}
 	if c.proof != nil {
 		c.exists = redis.NewBoolSliceCmd(ctx, c.proof.existsArgs...)
@@ -304,6 +320,9 @@ func (c *companions) appendTo(cmds []redis.Cmder) []redis.Cmder {
 	}
 	if c.replication != nil {
 		cmds = append(cmds, c.replication)
+	}
+	if c.evictions != nil {
+		cmds = append(cmds, c.evictions)
 	}
 	return cmds
 }
@@ -363,6 +382,13 @@ func (g *guard) judge(ctx context.Context, ex redis.Scripter, c companions, sent
 			return err
 		}
 		known = known && !changed
+	}
+	if c.evictions != nil {
+		evicted, err := evictedIn(c.evictions)
+		if err != nil {
+			return err
+		}
+		known = known && evicted <= state.evicted
 	}
 	if !known || suspect {
 		var (
@@ -441,7 +467,7 @@ func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (
 		g.mu.Unlock()
 		return memoryState{}, false, fmt.Errorf("redlock: the guard's examine script (it calls %s on %s): %w", examineScript.calls, marker, denied("the guard's examine script", err))
 	}
-	value, nodeNow, expiry, found, err := parseExamined(res)
+	value, nodeNow, expiry, found, evicts, err := parseExamined(res)
 	if err != nil {
 		return memoryState{}, false, err
 	}
@@ -450,7 +476,7 @@ func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (
 		return memoryState{}, false, fmt.Errorf("redlock: the guard's marker %q: %w", marker, err)
 	}
 	g.learn(m.declared)
-	state := memoryState{marker: value, proof: proof, examinedAt: g.now.Now(), age: nodeNow.Sub(time.UnixMilli(m.began)), history: m.history}
+	state := memoryState{marker: value, proof: proof, examinedAt: g.now.Now(), age: nodeNow.Sub(time.UnixMilli(m.began)), history: m.history, evicts: evicts, evicted: m.evicted}
 	state.watch = g.waitReplicas > 0 && m.history.covered()
 	if before, err := parseMarker(found); err == nil && found != "" {
 		weakened = before.history.covered() && !m.history.covered()
@@ -469,6 +495,7 @@ func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (
 	if marker == markerKey {
 		g.standalone.Store(proof)
 		g.watchStandalone.Store(state.watch)
+		g.evictsStandalone.Store(state.evicts)
 	}
 	g.mu.Unlock()
 	return state, weakened, nil
@@ -495,16 +522,17 @@ type markerFields struct {
 	began    int64         // when the memory began (Unix ms, the node's clock)
 	declared time.Duration // the longest MaxTTL a Locker declared (0: none said)
 	history  history
+	evicted  int64 // keys the process had evicted when it was written (-1: not said)
 }
 
 // parseMarker reads a marker, "<began> <run_id> <maxttl> <replid> <fed>
-// <wait> <replicas>", or one written by earlier versions, with only the
-// first two or three fields (no history: never covered).
+// <wait> <replicas> <evicted>", or one written by earlier versions, with
+// only the first two or three fields (no history: never covered).
 func parseMarker(value string) (markerFields, error) {
-	var m markerFields
+	m := markerFields{evicted: -1}
 	f := strings.Fields(value)
-	if len(f) != 2 && len(f) != 3 && len(f) != 7 {
-		return m, fmt.Errorf("holds %q, not \"<ms> <run_id> <maxttl ms> <replid> <fed> <wait> <replicas>\"", value)
+	if len(f) != 2 && len(f) != 3 && len(f) != 8 {
+		return m, fmt.Errorf("holds %q, not \"<ms> <run_id> <maxttl ms> <replid> <fed> <wait> <replicas> <evicted>\"", value)
 	}
 	var err error
 	if m.began, err = strconv.ParseInt(f[0], 10, 64); err != nil {
@@ -517,9 +545,12 @@ func parseMarker(value string) (markerFields, error) {
 		}
 		m.declared = time.Duration(ms) * time.Millisecond
 	}
-	if len(f) == 7 {
+	if len(f) == 8 {
 		if m.history, err = parseHistory(f[3], f[5], f[6]); err != nil {
 			return m, fmt.Errorf("holds %q: %w", value, err)
+		}
+		if m.evicted, err = strconv.ParseInt(f[7], 10, 64); err != nil || m.evicted < 0 {
+			return m, fmt.Errorf("holds %q, whose evicted field is not a count", value)
 		}
 	}
 	return m, nil
@@ -566,10 +597,10 @@ func (e markerExpiryRead) follows(start time.Time) bool {
 }
 
 // parseExamined reads examine.lua's reply {marker, seconds, microseconds,
-// expiry, pttl, seconds, microseconds, found}; found is "" where the script
-// found no marker (Lua's false comes as a nil reply).
-func parseExamined(res []any) (marker string, nodeNow time.Time, expiry markerExpiryRead, found string, err error) {
-	if len(res) == 8 {
+// expiry, pttl, seconds, microseconds, found, evicts}; found is "" where the
+// script found no marker (Lua's false comes as a nil reply).
+func parseExamined(res []any) (marker string, nodeNow time.Time, expiry markerExpiryRead, found string, evicts bool, err error) {
+	if len(res) == 9 {
 		marker, ok := res[0].(string)
 		start, err1 := timeOfReply(res[1], res[2])
 		at, ok3 := res[3].(int64)
@@ -577,11 +608,12 @@ func parseExamined(res []any) (marker string, nodeNow time.Time, expiry markerEx
 		end, err2 := timeOfReply(res[5], res[6])
 		found, ok5 := res[7].(string)
 		ok5 = ok5 || res[7] == nil
-		if ok && marker != "" && err1 == nil && err2 == nil && ok3 && ok4 && ok5 {
-			return marker, start, markerExpiryRead{at: at, pttl: pttl, end: end}, found, nil
+		ev, ok6 := res[8].(int64)
+		if ok && marker != "" && err1 == nil && err2 == nil && ok3 && ok4 && ok5 && ok6 {
+			return marker, start, markerExpiryRead{at: at, pttl: pttl, end: end}, found, ev == 1, nil
 		}
 	}
-	return "", time.Time{}, markerExpiryRead{}, "", fmt.Errorf("redlock: unexpected reply from the guard's examine script: %v", res)
+	return "", time.Time{}, markerExpiryRead{}, "", false, fmt.Errorf("redlock: unexpected reply from the guard's examine script: %v", res)
 }
 
 // timeOfReply reads TIME's two fields, as a script passes them on.
@@ -713,8 +745,8 @@ func (n node) trust(ctx context.Context, maxTTL time.Duration, waitReplicas int)
 		if !ok {
 			return fmt.Errorf("the master %s of slots %d-%d is not one the client knows", r.Nodes[0].Addr, r.Start, r.End)
 		}
-		run, replid, fed, replicas := processOf(ctx, m)
-		marker := fmt.Sprintf("0 %s %d %s %d %d %d", run, maxTTL.Milliseconds(), replid, fed, waitReplicas, replicas)
+		p := processOf(ctx, m)
+		marker := fmt.Sprintf("0 %s %d %s %d %d %d %d", p.run, maxTTL.Milliseconds(), p.replid, p.fed, waitReplicas, p.replicas, p.evicted)
 		if _, err := m.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for slot := r.Start; slot <= r.End; slot++ {
 				p.Set(ctx, slotMarker(int(slot)), marker, 0)
@@ -727,21 +759,28 @@ func (n node) trust(ctx context.Context, maxTTL time.Duration, waitReplicas int)
 	return nil
 }
 
-// processOf reads what a marker says of a server process and its
-// replication, as examine.lua reads it: its run_id, master_replid, the
-// bytes it read from a primary, and its replicas ("?" and 0 where the
-// server does not say).
-func processOf(ctx context.Context, c *redis.Client) (run, replid string, fed int64, replicas int) {
+// process is what a marker says of a server process: its run_id,
+// master_replid, the bytes it read from a primary, its replicas, and the
+// keys it evicted ("?" and 0 where the server does not say).
+type process struct {
+	run, replid  string
+	fed, evicted int64
+	replicas     int
+}
+
+// processOf reads a master's process as examine.lua reads it.
+func processOf(ctx context.Context, c *redis.Client) process {
 	info, err := c.Info(ctx, "server", "replication", "stats").Result()
 	f := infoFields(info)
-	run, replid = f["run_id"], f["master_replid"]
-	if err != nil || run == "" {
-		run = "?"
+	p := process{run: f["run_id"], replid: f["master_replid"]}
+	if err != nil || p.run == "" {
+		p.run = "?"
 	}
-	if err != nil || replid == "" {
-		replid = "?"
+	if err != nil || p.replid == "" {
+		p.replid = "?"
 	}
-	fed, _ = strconv.ParseInt(f["total_net_repl_input_bytes"], 10, 64)
-	replicas, _ = strconv.Atoi(f["connected_slaves"])
-	return run, replid, fed, replicas
+	p.fed, _ = strconv.ParseInt(f["total_net_repl_input_bytes"], 10, 64)
+	p.evicted, _ = strconv.ParseInt(f["evicted_keys"], 10, 64)
+	p.replicas, _ = strconv.Atoi(f["connected_slaves"])
+	return p
 }

@@ -48,7 +48,13 @@ type NodeHealth struct {
 	Role       string
 	Replicas   int
 	Durability NodeDurability
-	Err        error
+	// MaxmemoryPolicy is the node's eviction policy (INFO memory), and
+	// Evicts whether it may evict keys, lock keys among them (maxmemory
+	// set, a policy other than noeviction): run lock nodes with
+	// noeviction. The node guard watches such a node's evictions.
+	MaxmemoryPolicy string
+	Evicts          bool
+	Err             error
 }
 
 // How the node guard reads a node's clock (NodeHealth.ClockReadBy).
@@ -107,14 +113,17 @@ func (n node) health(ctx context.Context, now time.Time) NodeHealth {
 	}
 	h.Durability = n.durability(ctx)
 	info, err := n.Do(ctx, "INFO", "server").Text()
-	if err == nil {
-		var repl string
-		if repl, err = n.Do(ctx, "INFO", "replication").Text(); err == nil {
-			info += repl
+	for _, section := range []string{"replication", "memory"} {
+		if err != nil {
+			break
+		}
+		var more string
+		if more, err = n.Do(ctx, "INFO", section).Text(); err == nil {
+			info += more
 		}
 	}
 	if err != nil {
-		h.Err = fmt.Errorf("INFO: %w", denied("INFO (Health reads server and replication)", err))
+		h.Err = fmt.Errorf("INFO: %w", denied("INFO (Health reads server, replication and memory)", err))
 		return h
 	}
 	f := infoFields(info)
@@ -123,6 +132,8 @@ func (n node) health(ctx context.Context, now time.Time) NodeHealth {
 		h.Version = "valkey " + v
 	}
 	h.Replicas, _ = strconv.Atoi(f["connected_slaves"])
+	h.MaxmemoryPolicy = f["maxmemory_policy"]
+	h.Evicts = evicts(f["maxmemory"], h.MaxmemoryPolicy)
 	return h
 }
 

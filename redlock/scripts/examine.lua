@@ -1,12 +1,13 @@
 -- The node guard's examination (see guard.go): when did this node's memory
 -- begin? KEYS[1] is the marker,
--- "<began> <run> <maxttl> <replid> <fed> <wait> <replicas>": when the memory
--- began (ms, the node's clock), the run_id of the server process that wrote
--- it, the longest MaxTTL (ms) a Locker declared, and the replication
--- history it was written in: the node's master_replid, the bytes its process
--- had read from a primary (total_net_repl_input_bytes), the fewest replicas
--- any Locker waits for (WaitReplicas) and the most replicas the node had at
--- an examination in that history. Markers of earlier versions have only the
+-- "<began> <run> <maxttl> <replid> <fed> <wait> <replicas> <evicted>": when
+-- the memory began (ms, the node's clock), the run_id of the server process
+-- that wrote it, the longest MaxTTL (ms) a Locker declared, the replication
+-- history it was written in (the node's master_replid, the bytes its
+-- process had read from a primary, total_net_repl_input_bytes, the fewest
+-- replicas any Locker waits for, WaitReplicas, and the most replicas the
+-- node had at an examination in that history), and the keys the process
+-- had evicted (evicted_keys). Markers of earlier versions have only the
 -- first two or three fields. ARGV[2] is this Locker's MaxTTL (ms), ARGV[3]
 -- its WaitReplicas.
 -- ARGV[1] is an absolute expiry (ms, a century or two ahead) for a marker
@@ -14,10 +15,12 @@
 -- its expiry, so the expiry names the marker, and the client can read the
 -- node's clock as the expiry minus the marker's PTTL (see guard.go).
 -- Returns {marker, seconds, microseconds, expiry, pttl, seconds,
--- microseconds, found}: the marker as it now stands, the node's TIME at the
--- script's start, the marker's absolute expiry (PEXPIRETIME; -3 where the
--- client is to read TIME instead, see reply), its PTTL, TIME at the
--- script's end, and the marker as the script found it (false: missing). The
+-- microseconds, found, evicts}: the marker as it now stands, the node's TIME
+-- at the script's start, the marker's absolute expiry (PEXPIRETIME; -3 where
+-- the client is to read TIME instead, see reply), its PTTL, TIME at the
+-- script's end, the marker as the script found it (false: missing), and 1
+-- where the node may evict keys (maxmemory set, a policy other than
+-- noeviction), so that the client watches its evictions. The
 -- client runs it only when the steady-state companions say something
 -- changed: the marker is missing or differs from the one it examined last,
 -- or this script is no longer cached (a new server process, SCRIPT FLUSH),
@@ -32,7 +35,9 @@
 -- A marker found is judged by the history it was written in:
 --   - Written by this process, which has read nothing from a primary since:
 --     the same memory, whatever the history is called now (a master's
---     replid changes when its first replica arrives).
+--     replid changes when its first replica arrives); unless the process
+--     evicted keys since (an eviction policy that spares the marker, as
+--     volatile-ttl does, may still take lock keys): then it began now.
 --   - Otherwise, if this process read a replication stream (it is, or was,
 --     a replica), its memory is what the stream brought. A promoted replica
 --     of the marker's history (its master_replid2 is the marker's replid)
@@ -72,7 +77,7 @@ local t = redis.call("TIME")
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local m = redis.call("GET", KEYS[1])
 local found = m or false
-local began, run, mreplid, mfed, mwait, mreplicas
+local began, run, mreplid, mfed, mwait, mreplicas, mevicted
 -- declared is the longest MaxTTL (ms) any Locker declared on this node:
 -- every Locker's quarantine lasts the longest, or a Locker with a shorter
 -- one would let a node back while a longer lease it granted may be held.
@@ -83,14 +88,14 @@ if m then
 	for w in string.gmatch(m, "%S+") do
 		f[#f + 1] = w
 	end
-	if (#f == 2 or #f == 3 or #f == 7) and string.match(f[1], "^%d+$") then
+	if (#f == 2 or #f == 3 or #f == 8) and string.match(f[1], "^%d+$") then
 		began, run = tonumber(f[1]), f[2]
 		local d = tonumber(f[3] or "")
 		if d and d > declared then
 			declared = d
 		end
-		if #f == 7 then
-			mreplid, mfed, mwait, mreplicas = f[4], tonumber(f[5]), tonumber(f[6]), tonumber(f[7])
+		if #f == 8 then
+			mreplid, mfed, mwait, mreplicas, mevicted = f[4], tonumber(f[5]), tonumber(f[6]), tonumber(f[7]), tonumber(f[8])
 		end
 	end
 end
@@ -111,6 +116,21 @@ end
 -- that does not say its uptime (miniredis, whose TTLs follow its TIME only
 -- with ClockTTL) is not read by its keys' expiry: -3, as for one without
 -- PEXPIRETIME (before Redis 7.0).
+local stats = info("stats")
+local fed, evicted = 0, 0
+if stats then
+	fed = tonumber(string.match(stats, "total_net_repl_input_bytes:(%d+)") or "0")
+	evicted = tonumber(string.match(stats, "evicted_keys:(%d+)") or "0")
+end
+local evicts = 0
+local memory = info("memory")
+if memory then
+	local limit = tonumber(string.match(memory, "\nmaxmemory:(%d+)") or "0")
+	local policy = string.match(memory, "maxmemory_policy:([%w-]+)") or "noeviction"
+	if limit > 0 and policy ~= "noeviction" then
+		evicts = 1
+	end
+end
 local function reply(marker)
 	local at = -3
 	if uptime then
@@ -118,22 +138,18 @@ local function reply(marker)
 	end
 	local pttl = redis.call("PTTL", KEYS[1])
 	local t2 = redis.call("TIME") -- the script's end: PTTL was read before it
-	return {marker, t[1], t[2], at, pttl, t2[1], t2[2], found}
+	return {marker, t[1], t[2], at, pttl, t2[1], t2[2], found, evicts}
 end
 -- The process's replication: its history (master_replid, and the one it
 -- continued, master_replid2), its replicas, and the bytes it has read from
 -- a primary. Unknown ("?") where the server does not say: then no failover
 -- can be traced, and none is let in without a quarantine.
-local replid, replid2, replicas, fed = "?", "?", 0, 0
+local replid, replid2, replicas = "?", "?", 0
 local r = info("replication")
 if r then
 	replid = string.match(r, "master_replid:(%x+)") or "?"
 	replid2 = string.match(r, "master_replid2:(%x+)") or "?"
 	replicas = tonumber(string.match(r, "connected_slaves:(%d+)") or "0")
-end
-local stats = info("stats")
-if stats then
-	fed = tonumber(string.match(stats, "total_net_repl_input_bytes:(%d+)") or "0")
 end
 local function covered()
 	return mwait and mreplicas and mwait > 0 and mwait >= mreplicas
@@ -145,7 +161,7 @@ local function write(continues)
 		wait = math.min(wait, mwait)
 		replicas = math.max(replicas, mreplicas)
 	end
-	local now_marker = string.format("%d %s %d %s %d %d %d", began, id, declared, replid, fed, wait, replicas)
+	local now_marker = string.format("%d %s %d %s %d %d %d %d", began, id, declared, replid, fed, wait, replicas, evicted)
 	if now_marker ~= m then
 		redis.call("SET", KEYS[1], now_marker, "PXAT", ARGV[1])
 	elseif redis.call("PTTL", KEYS[1]) == -1 then
@@ -156,7 +172,10 @@ end
 local cluster = string.find(KEYS[1], "{", 1, true) ~= nil
 if began and run == id and (mfed == nil or mfed == fed) then
 	-- The same process, which has been no replica since: its scripts
-	-- went, not its memory.
+	-- went, not its memory, unless it evicted keys since.
+	if mevicted and evicted > mevicted then
+		began = now
+	end
 	return write(true)
 end
 if began and fed > 0 then
@@ -205,7 +224,7 @@ if not cmds or string.find(cmds, "cmdstat_flushall:", 1, true) or string.find(cm
 end
 -- A process that evicted keys may have evicted the marker, and lock keys
 -- with it: its memory began now, whatever its uptime.
-if stats and tonumber(string.match(stats, "evicted_keys:(%d+)") or "0") > 0 then
+if evicted > 0 then
 	began = now
 end
 return write(false)

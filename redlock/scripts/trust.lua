@@ -18,7 +18,7 @@ local function info(section)
 	end
 	return r
 end
-local id, replid, replicas, fed = "?", "?", 0, 0
+local id, replid, replicas, fed, evicted = "?", "?", 0, 0, 0
 local server = info("server")
 if server then
 	id = string.match(server, "run_id:(%x+)") or "?"
@@ -31,6 +31,7 @@ end
 local stats = info("stats")
 if stats then
 	fed = tonumber(string.match(stats, "total_net_repl_input_bytes:(%d+)") or "0")
+	evicted = tonumber(string.match(stats, "evicted_keys:(%d+)") or "0")
 end
 -- The longest MaxTTL a Locker declared (ARGV[2], and the marker's own) is
 -- kept: see examine.lua.
@@ -40,5 +41,5 @@ local d = m and tonumber(string.match(m, "^%d+ %S+ (%d+)") or "")
 if d and d > declared then
 	declared = d
 end
-redis.call("SET", KEYS[1], string.format("0 %s %d %s %d %d %d", id, declared, replid, fed, tonumber(ARGV[3]) or 0, replicas), "PXAT", ARGV[1])
+redis.call("SET", KEYS[1], string.format("0 %s %d %s %d %d %d %d", id, declared, replid, fed, tonumber(ARGV[3]) or 0, replicas, evicted), "PXAT", ARGV[1])
 return 1

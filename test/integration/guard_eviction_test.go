@@ -134,3 +134,77 @@ func commandStats(t *testing.T, admin *redis.Client) string {
 	require.NoError(t, err)
 	return stats
 }
+
+// TestEvictionThatSparesTheMarkerQuarantinesTheNode: with
+// maxmemory-policy volatile-ttl, a node out of memory evicts the keys
+// that expire soonest: a held lock key, long before the guard's marker
+// (which expires a century ahead). The marker stands, so only the
+// evictions show what happened: the guard must watch them on a node that
+// may evict (INFO stats in every guarded batch), and the next TryLock of
+// the held key must fail with ErrNodeQuarantined. The negative control,
+// NoQuarantine, grants the held lock a second time. (Before, the guard
+// looked at evictions only when the marker was missing.)
+func TestEvictionThatSparesTheMarkerQuarantinesTheNode(t *testing.T) {
+	for _, direct := range []bool{false, true} {
+		t.Run(transportName(direct), func(t *testing.T) {
+			for _, guarded := range []bool{true, false} {
+				t.Run(map[bool]string{true: "guarded", false: "NoQuarantine control"}[guarded], func(t *testing.T) {
+					ctx := t.Context()
+					const key = "it:guard-eviction-ttl"
+					s := startSnapshotServer(t, "--maxmemory-policy", "volatile-ttl")
+					admin := s.Admin()
+					used := infoInt(t, admin, "memory", "used_memory")
+					require.NoError(t, admin.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used+1<<20, 10)).Err())
+
+					node := closing(t, redis.NewClient(clientOptions(s.Addr())))
+					l := lockerOver(t, node, &redlock.Options{NodeTimeout: 2 * time.Second, MaxTTL: guardMaxTTL, NoAutoPipeline: direct, NoQuarantine: !guarded})
+					require.NoError(t, l.TrustNodes(ctx))
+					held, err := l.TryLock(ctx, key, heldTTL)
+					require.NoError(t, err)
+
+					writes := fillWithTTLUntilEvicted(t, admin, key)
+					require.NoError(t, admin.ConfigSet(ctx, "maxmemory", "0").Err(), "writes work again, and nothing more is evicted")
+					n, err := admin.Exists(ctx, guardMarker).Result()
+					require.NoError(t, err)
+					require.Equal(t, int64(1), n, "volatile-ttl spared the marker")
+					t.Logf("%d filler writes evicted %d keys, the lock key among them", writes, infoInt(t, admin, "stats", "evicted_keys"))
+
+					second, err := l.TryLock(ctx, key, heldTTL)
+					requireGuardDecides(t, l, held, second, err, guarded, "the guard missed an eviction that spared its marker")
+					if guarded {
+						h := l.Health()[0]
+						require.Equal(t, "volatile-ttl", h.MaxmemoryPolicy)
+						require.Contains(t, h.QuarantineCause, "eviction")
+					}
+				})
+			}
+		})
+	}
+}
+
+// fillWithTTLUntilEvicted writes 64 KB filler values that expire in an
+// hour (later than any lock, sooner than the guard's marker) until key is
+// gone, and returns how many it wrote.
+func fillWithTTLUntilEvicted(t *testing.T, admin *redis.Client, key string) int {
+	t.Helper()
+	ctx := t.Context()
+	value := strings.Repeat("x", 64<<10)
+	writes := 0
+	for range 256 {
+		_, err := admin.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for range 8 {
+				p.Set(ctx, "it:filler:"+strconv.Itoa(writes), value, time.Hour)
+				writes++
+			}
+			return nil
+		})
+		require.NoError(t, err, "volatile-ttl evicts rather than refuse a write")
+		n, err := admin.Exists(ctx, key).Result()
+		require.NoError(t, err)
+		if n == 0 {
+			return writes
+		}
+	}
+	require.Failf(t, "not evicted", "%s still exists after %d filler writes", key, writes)
+	return writes
+}

@@ -211,27 +211,27 @@ func TestFailoverWordFollowsLockersAndReplicas(t *testing.T) {
 		require.NoError(t, err)
 		return m
 	}
-	require.Regexp(t, ` 1 1$`, marker(), "A trusted the node: waits for 1 replica of 1")
+	require.Regexp(t, ` 1 1 0$`, marker(), "A trusted the node: waits for 1 replica of 1")
 
 	b := untrustingLocker(t, []redlock.Node{node}, &redlock.Options{NodeTimeout: 2 * time.Second, MaxTTL: failoverMaxTTL})
 	_, err = b.TryLock(ctx, "it:word-b", failoverTTL)
 	require.ErrorIs(t, err, redlock.ErrNodeQuarantined, "B's first grant went before its word")
 	require.ErrorContains(t, err, "for this round trip")
-	require.Regexp(t, ` 0 1$`, marker(), "B waits for no replica")
+	require.Regexp(t, ` 0 1 0$`, marker(), "B waits for no replica")
 	lb, err := b.TryLock(ctx, "it:word-b", failoverTTL)
 	require.NoError(t, err, "B's next round trip counts")
 	require.NoError(t, lb.Unlock(ctx))
 	drain(t, b)
 
 	require.NoError(t, a.TrustNodes(ctx))
-	require.Regexp(t, ` 1 1$`, marker())
+	require.Regexp(t, ` 1 1 0$`, marker())
 	held, err := a.TryLock(ctx, "it:word-a", failoverTTL)
 	require.NoError(t, err, "covered: one replica, one waited for")
 	procs.ReplicaOf(t, "second replica", bin, primary, "--save", "", "--appendonly", "no")
 	_, err = a.TryLock(ctx, "it:word-a2", failoverTTL)
 	require.ErrorIs(t, err, redlock.ErrNodeQuarantined, "a grant while a replica A does not wait for is attached")
 	require.ErrorContains(t, err, "for this round trip")
-	require.Regexp(t, ` 1 2$`, marker(), "the marker saw the second replica")
+	require.Regexp(t, ` 1 2 0$`, marker(), "the marker saw the second replica")
 	drain(t, a)
 	// Every write so far reached the first replica (WAIT 1, and the
 	// second's grant failed), so that the promotion below loses nothing
