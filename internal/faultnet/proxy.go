@@ -15,10 +15,10 @@ import (
 
 // Proxy forwards connections from its own loopback address to a target.
 type Proxy struct {
-	ln     net.Listener
-	target string
+	ln net.Listener
 
 	mu        sync.Mutex
+	target    string
 	up, down  time.Duration // delay client->server, server->client
 	blackhole bool
 	refuse    bool // close new connections at once, like a stopped server
@@ -42,6 +42,15 @@ func Listen(target string) (*Proxy, error) {
 
 // Addr returns the proxy's address, to give to the client.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// SetTarget sends new connections to target from now on; open ones stay
+// with the old target (a DNS name or a proxy that moved to a new primary,
+// while clients keep their connections to the old one).
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
+}
 
 // SetDelay delays every chunk sent from now on: up for client to server, down
 // for server to client. Order within a connection is kept.
@@ -110,13 +119,13 @@ func (p *Proxy) accept() {
 			return
 		}
 		p.mu.Lock()
-		refuse := p.refuse
+		refuse, target := p.refuse, p.target
 		p.mu.Unlock()
 		if refuse {
 			client.Close()
 			continue
 		}
-		server, err := net.Dial("tcp", p.target)
+		server, err := net.Dial("tcp", target)
 		if err != nil {
 			client.Close()
 			continue
