@@ -393,12 +393,12 @@ func (p *pipeline) exec(batch []job) {
 	// for its TTL). So run that command and every later one on its key
 	// again, in order, while the batch still holds the key. An error reply
 	// read raw goes again the same way, as a plain command that go-redis
-	// reads (see rawreply.go).
+	// reads (see rawreply.go), and so does a READONLY (see runsAgain).
 	var again redis.Pipeliner
 	var redo map[string]bool // keys whose remaining commands run again
 	for i := range batch {
 		j := &batch[i]
-		if !redo[j.key] && !readAgain(j.cmd.Err()) && (j.src == "" || !redis.HasErrorPrefix(j.cmd.Err(), "NOSCRIPT")) {
+		if !redo[j.key] && !runsAgain(j) {
 			continue
 		}
 		if again == nil {
@@ -479,6 +479,21 @@ type batchPipe struct {
 }
 
 // batchPipe returns a pipeline to send one batch on, empty.
+// runsAgain reports whether j's command goes again after its batch: a
+// script that met NOSCRIPT, an error reply read raw, or READONLY (a
+// demoted primary on a connection opened before its failover). go-redis
+// retires a connection that answers READONLY, and retries on another, but
+// only when the READONLY is its pipeline's first reply; the command sent
+// again is first in a pipeline of its own, usually on the connection just
+// put back, so that a demoted primary's connections are left.
+func runsAgain(j *job) bool {
+	err := j.cmd.Err()
+	if err == nil || errors.Is(err, redis.Nil) {
+		return false
+	}
+	return readAgain(err) || (j.src != "" && redis.HasErrorPrefix(err, "NOSCRIPT")) || redis.HasErrorPrefix(err, "READONLY")
+}
+
 func (p *pipeline) batchPipe() *batchPipe {
 	if b, ok := p.pipes.Get().(*batchPipe); ok {
 		return b

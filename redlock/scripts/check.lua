@@ -5,6 +5,14 @@ local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] then
 	return 1
 elseif v == false then
+	-- A missing key on a replica (a demoted primary, reached on a
+	-- connection opened before the failover) is the lagging copy's word,
+	-- not the node's: answer as a write there is answered, READONLY, so
+	-- that the client leaves the connection and asks the primary.
+	local ok, r = pcall(redis.call, "INFO", "replication")
+	if ok and type(r) == "string" and string.find(r, "role:slave", 1, true) then
+		return redis.error_reply("READONLY You can't write against a read only replica.")
+	end
 	return 0
 end
 return -1
