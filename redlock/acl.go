@@ -63,8 +63,11 @@ func denied(what string, err error) error {
 // round that failed explains its errors (roundError), so a round that
 // succeeds pays nothing for it.
 func explainDenied(c command, err error) error {
-	if !deniedByACL(err) {
-		return err // and no description is built
+	if !deniedByACL(err) || errors.Is(err, ErrNoPermission) {
+		// Not a refusal, or one that already names what was refused
+		// (the guard's examination, its companions): no description is
+		// built.
+		return err
 	}
 	return denied(c.describe(), err)
 }

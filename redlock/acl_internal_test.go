@@ -52,6 +52,12 @@ func TestPermissionErrorNamesWhatWasRefused(t *testing.T) {
 	if !errors.Is(err, ErrNoPermission) || !strings.Contains(err.Error(), `SET on "k"`) {
 		t.Errorf("%v: want ErrNoPermission naming SET on \"k\"", err)
 	}
+	// A refusal already named (the guard's examination, in the round of
+	// a SET) keeps its name, not the SET's.
+	named := denied("the guard's examine script", serverError("NOPERM User app has no permissions to run the 'info' command"))
+	if err := explainDenied(acquireCommand("k", "v", 1000), named); err != named {
+		t.Errorf("a refusal of the guard's examination became %v", err)
+	}
 	other := serverError("ERR value is not an integer or out of range")
 	if err := explainDenied(acquireCommand("k", "v", 1000), other); err != other {
 		t.Errorf("another error became %v", err)
