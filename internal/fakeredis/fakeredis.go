@@ -13,7 +13,8 @@
 // time; GET finds the marker "0 ?" (trusted: see redlock.Locker.TrustNodes);
 // SCRIPT EXISTS finds the script; TIME tells the time; and a script on the
 // marker key (the guard's examination) returns the marker, the time, the
-// expiry and PTTL, and the time. Replies to a pipeline go out in one write,
+// expiry and PTTL, the time, the marker as found, and that the node does
+// not evict. Replies to a pipeline go out in one write,
 // as Redis sends them.
 package fakeredis
 
@@ -108,11 +109,12 @@ func serve(c net.Conn, expiry int64) error {
 			scratch = appendPTTL(scratch[:0], expiry)
 			w.Write(scratch)
 		case out == evalReply && string(key) == markerKey:
-			scratch = appendTime(append(scratch[:0], "*7\r\n$3\r\n0 ?\r\n"...), "")
+			scratch = appendTime(append(scratch[:0], "*9\r\n$3\r\n0 ?\r\n"...), "")
 			scratch = append(scratch, ':')
 			scratch = strconv.AppendInt(scratch, expiry, 10)
 			scratch = appendPTTL(append(scratch, "\r\n"...), expiry)
 			scratch = appendTime(scratch, "")
+			scratch = append(scratch, "$3\r\n0 ?\r\n:0\r\n"...) // found, and evicts: no
 			w.Write(scratch)
 		default:
 			w.WriteString(out)
