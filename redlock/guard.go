@@ -388,7 +388,7 @@ func (g *guard) judge(ctx context.Context, ex redis.Scripter, c companions, sent
 		if err != nil {
 			return err
 		}
-		known = known && evicted <= state.evicted
+		known = known && evicted == state.evicted // fewer: CONFIG RESETSTAT hid how many
 	}
 	if !known || suspect {
 		var (

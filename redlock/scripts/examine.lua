@@ -38,20 +38,26 @@
 --     replid changes when its first replica arrives); unless the process
 --     evicted keys since (an eviction policy that spares the marker, as
 --     volatile-ttl does, may still take lock keys): then it began now.
+--   - A slot marker from another master on a Redis Cluster process that
+--     took keys in a slot migration (RESTORE-ASKING): the migration brought
+--     it with the slot's keys. Kept, as a history in which no Locker waited
+--     for replicas (MIGRATE's writes are not waited for).
 --   - Otherwise, if this process read a replication stream (it is, or was,
---     a replica), its memory is what the stream brought. A promoted replica
---     of the marker's history (its master_replid2 is the marker's replid)
---     keeps the marker only if every grant in that history reached every
---     replica: each Locker waited for at least as many replicas as the node
---     ever had (wait >= replicas > 0). Else its memory began now: it may
---     lack grants, exactly like a restart without persistence, whatever its
---     age. A history the marker cannot be traced to (a primary that came
---     back as a replica and resynced, a chain of failovers unexamined)
---     begins now too; except on a Redis Cluster slot marker, which a slot
---     migration brings with the slot's keys: kept, as a history in which
---     no Locker waited for replicas (MIGRATE's writes are not waited for).
---   - Otherwise (a process that loaded its memory from disk, or received a
---     migrated slot): kept, unless the process loaded an RDB snapshot
+--     a replica) or continued another history (master_replid2: promoted,
+--     or it loaded a replicated primary's files; CONFIG RESETSTAT hides
+--     the first, never the second), its memory may be what a stream
+--     brought; and a new process serving a history that had replicas
+--     cannot be told from a promoted replica that restarted before anyone
+--     examined it. Either keeps the marker only if every grant in the
+--     marker's history reached every replica (each Locker waited for at
+--     least as many replicas as the node ever had: wait >= replicas > 0)
+--     and the process continued that history (a promoted replica: its
+--     master_replid2 is the marker's replid) or read no stream (its own
+--     files, judged by the disk rule too). Else its memory began now: it
+--     may lack grants, exactly like a restart without persistence,
+--     whatever its age.
+--   - Otherwise (a process that loaded its memory from disk, of a history
+--     without replicas): kept, unless the process loaded an RDB snapshot
 --     without AOF, which may lack the latest grants: then the memory began
 --     when the process did.
 
@@ -170,38 +176,70 @@ local function write(continues)
 	return reply(now_marker)
 end
 local cluster = string.find(KEYS[1], "{", 1, true) ~= nil
+-- continued: this process continued another replication history than its
+-- own (master_replid2 is set): it was promoted, or it loaded the files of
+-- a primary that had replicas. With fed (bytes read from a primary: it is,
+-- or was, a replica) it says the memory may be a stream's, not the
+-- process's own; either alone suffices, since CONFIG RESETSTAT zeroes fed.
+local continued = replid2 ~= "?" and replid2 ~= string.rep("0", 40)
+local streamed = fed > 0 or continued
+-- The disk rule: memory loaded from an RDB snapshot without AOF may lack
+-- the latest grants, so it began no earlier than the process.
+local function fromDisk()
+	local p = info("persistence")
+	local loaded = not (p and string.find(p, "rdb_last_load_keys_loaded:0", 1, true))
+	local aof = p and string.find(p, "aof_enabled:1", 1, true)
+	if loaded and not aof and began < start then
+		began = start
+		return true
+	end
+	return false
+end
 if began and run == id and (mfed == nil or mfed == fed) then
 	-- The same process, which has been no replica since: its scripts
-	-- went, not its memory, unless it evicted keys since.
-	if mevicted and evicted > mevicted then
+	-- went, not its memory, unless it evicted keys since (or its
+	-- statistics were reset, which hides whether it did).
+	if mevicted and evicted ~= mevicted then
 		began = now
 	end
 	return write(true)
 end
-if began and fed > 0 then
-	local followed = mreplid ~= nil and mreplid ~= "?" and mreplid == replid2
-	if followed and replid ~= "?" and covered() then
-		-- A promoted replica of a history whose grants all reached it.
-		return write(false)
+-- A marker another process wrote, or this one before it read from a
+-- primary. restored: this process took keys in a slot migration
+-- (RESTORE-ASKING is MIGRATE's write on its target).
+local function restored()
+	local cmds = info("commandstats")
+	return cmds ~= nil and string.find(cmds, "cmdstat_restore-asking:", 1, true) ~= nil
+end
+if began and cluster and run ~= id and not (mreplid ~= nil and mreplid == replid2) and restored() then
+	-- A slot marker from another master, which a migration brought with
+	-- the slot's keys. No Locker waited to see them replicated.
+	wait = 0
+	if not streamed then
+		fromDisk()
 	end
-	if cluster and run ~= id and not followed then
-		-- A slot marker from another master: a migration brought it, and
-		-- the slot's keys, which no Locker waited to see replicated.
-		wait = 0
+	return write(false)
+end
+if began and (streamed or (mreplicas ~= nil and mreplicas > 0)) then
+	-- Memory that may be a stream's (a promoted replica), or a new
+	-- process serving a history that had replicas: it cannot be told
+	-- from a promoted replica that restarted before anyone examined it.
+	-- Kept only where every grant of the marker's history reached every
+	-- replica, and this process continued that history (promoted from it)
+	-- or read no stream (its own files); the disk rule on top.
+	local followed = mreplid ~= nil and mreplid ~= "?" and mreplid == replid2
+	if covered() and (followed or not streamed) then
+		if fed == 0 then
+			fromDisk()
+		end
 		return write(false)
 	end
 	began = now
 	return write(false)
 end
 if began then
-	local p = info("persistence")
-	local loaded = not (p and string.find(p, "rdb_last_load_keys_loaded:0", 1, true))
-	local aof = p and string.find(p, "aof_enabled:1", 1, true)
-	if loaded and not aof and began < start then
-		-- Memory from a snapshot, which may lack the latest grants: the
-		-- memory began when the process did, and the grants before are
-		-- moot.
-		began = start
+	if fromDisk() then
+		-- The grants before are moot: the memory began with the process.
 		return write(false)
 	end
 	-- The same memory, from AOF (or a migrated slot, whose keys no Locker
@@ -212,10 +250,11 @@ if began then
 	return write(true)
 end
 began = start
--- A process that read a replication stream has the memory the stream
--- brought, not one that began with the process: without the marker its
--- history cannot be traced, and its memory began now.
-if fed > 0 then
+-- A process that read a replication stream, or continued another
+-- history, has the memory the stream brought, not one that began with the
+-- process: without the marker its history cannot be traced, and its
+-- memory began now.
+if streamed then
 	began = now
 end
 local cmds = info("commandstats")
