@@ -42,9 +42,14 @@ func TestClusterSlotMigration(t *testing.T) {
 	ctx := t.Context()
 	cluster := procs.StartCluster(t, harness.SuiteServer(), 3, 1)
 	cc := cluster.Client(t)
+	// The Locker that waits for replicas trusts the nodes first: the ones
+	// that do not wait trust them after it, so that the markers say from
+	// the start that not every grant reaches every replica (had they said
+	// otherwise, the first round trip of a Locker that waits for none
+	// would take that back, and fail: see redlock/failover.go).
+	waiting := newLockerOn(t, []redlock.Node{cluster.Client(t)}, &redlock.Options{WaitReplicas: 1, NodeTimeout: 2 * time.Second})
 	fenced := newLockerOn(t, []redlock.Node{cc}, &redlock.Options{Fencing: true, NodeTimeout: time.Second})
 	plain := newLockerOn(t, []redlock.Node{cc}, &redlock.Options{NodeTimeout: time.Second})
-	waiting := newLockerOn(t, []redlock.Node{cluster.Client(t)}, &redlock.Options{WaitReplicas: 1, NodeTimeout: 2 * time.Second})
 	const key = "migrating-lock"
 	counter := "{" + key + "}:fencing"
 	move, err := cluster.MoveSlotOf(ctx, cc, key)
