@@ -715,6 +715,21 @@ func (g *guard) forget(ctx context.Context, ex redis.Scripter) error {
 	return err
 }
 
+// demoted drops what this guard examined on a node that answered
+// READONLY: a replica now, whose memory a full resync may replace with
+// another primary's while its process, script cache and marker value stay
+// (a resync can bring the very marker back, expiry and all). Should it be
+// promoted again, the next batch examines it, and finds that it read from a
+// primary since.
+func (g *guard) demoted() {
+	g.mu.Lock()
+	clear(g.memory)
+	g.standalone.Store(nil)
+	g.watchStandalone.Store(false)
+	g.evictsStandalone.Store(false)
+	g.mu.Unlock()
+}
+
 func (n node) trust(ctx context.Context, maxTTL time.Duration, waitReplicas int) error {
 	cc, ok := n.Node.(*redis.ClusterClient)
 	if !ok {
@@ -746,6 +761,9 @@ func (n node) trust(ctx context.Context, maxTTL time.Duration, waitReplicas int)
 			return fmt.Errorf("the master %s of slots %d-%d is not one the client knows", r.Nodes[0].Addr, r.Start, r.End)
 		}
 		p := processOf(ctx, m)
+		if id, err := m.Do(ctx, "CLUSTER", "MYID").Text(); err == nil && id != "" {
+			p.run += "@" + id // as examine.lua names a cluster node
+		}
 		marker := fmt.Sprintf("0 %s %d %s %d %d %d %d", p.run, maxTTL.Milliseconds(), p.replid, p.fed, waitReplicas, p.replicas, p.evicted)
 		if _, err := m.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for slot := r.Start; slot <= r.End; slot++ {

@@ -75,6 +75,9 @@ func (n node) sendPaired(ctx context.Context, c command, w *waitSpec, g *guard) 
 			continue
 		}
 		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) { // nil is SET's grant
+			if g != nil && redis.HasErrorPrefix(err, "READONLY") {
+				g.demoted()
+			}
 			return cmd, nil, nil // the command's own error decides
 		}
 		if w != nil {

@@ -453,6 +453,14 @@ func (p *pipeline) exec(batch []job) {
 	if batch[0].stats != nil { // one round trip for the whole batch
 		batch[0].stats.record(received, received.Sub(sent), false)
 	}
+	if p.guard != nil {
+		for i := range batch {
+			if err := batch[i].cmd.Err(); err != nil && err != redis.Nil && redis.HasErrorPrefix(err, "READONLY") {
+				p.guard.demoted()
+				break
+			}
+		}
+	}
 	if guarded {
 		// After any rerun: a NOSCRIPT means a new server process, so the
 		// guard examines the node, and its verdict covers the reruns too.

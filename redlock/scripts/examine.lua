@@ -26,22 +26,27 @@
 -- or this script is no longer cached (a new server process, SCRIPT FLUSH),
 -- or the node's replication history or replicas changed.
 --
--- A missing marker means the memory began when the process did (TIME minus
--- uptime), or now if the process ran FLUSHALL or FLUSHDB (which removed it)
--- or evicted keys (an eviction may have taken it, and lock keys with it),
--- or read a replication stream (a promoted replica whose history cannot be
--- traced), or now when the server does not say its uptime.
+-- A missing marker means the memory began now: a first use, a restart
+-- without persistence, a flush (FLUSHALL, FLUSHDB, SWAPDB), an eviction
+-- that took it, or a replica's stream without it, cannot be told apart
+-- for sure (CONFIG RESETSTAT erases the counts that would tell them), so
+-- a node is quarantined for MaxTTL from when the guard first finds it
+-- without a marker (Locker.TrustNodes lifts it for a new deployment).
 --
 -- A marker found is judged by the history it was written in:
---   - Written by this process, which has read nothing from a primary since:
---     the same memory, whatever the history is called now (a master's
+--   - Written by this process, which has read nothing from a primary nor
+--     continued another history since: the same memory, whatever the history is called now (a master's
 --     replid changes when its first replica arrives); unless the process
 --     evicted keys since (an eviction policy that spares the marker, as
 --     volatile-ttl does, may still take lock keys): then it began now.
---   - A slot marker from another master on a Redis Cluster process that
---     took keys in a slot migration (RESTORE-ASKING): the migration brought
---     it with the slot's keys. Kept, as a history in which no Locker waited
---     for replicas (MIGRATE's writes are not waited for).
+--   - On a Redis Cluster, where the marker names the node ("<run_id>@<node
+--     id>"; a node keeps its id across restarts), a slot marker from
+--     another node that the cluster still counts as a live master: a
+--     migration brought it with the slot's keys. Kept, as a history in
+--     which no Locker waited for replicas (MIGRATE's writes are not waited
+--     for). A slot marker from another node that is not a live master (this
+--     node's failed former master, now perhaps its replica) is a
+--     failover's, judged as below.
 --   - Otherwise, if this process read a replication stream (it is, or was,
 --     a replica) or continued another history (master_replid2: promoted,
 --     or it loaded a replicated primary's files; CONFIG RESETSTAT hides
@@ -105,6 +110,17 @@ if m then
 		end
 	end
 end
+-- On a Redis Cluster the marker names the node too, "<run_id>@<node id>":
+-- a node keeps its id across restarts (nodes.conf), so a slot marker from
+-- another node tells a migration (from a master that is still one) from a
+-- failover (from this node's former master).
+local mrun, mnode = run, nil
+if run then
+	local r, n = string.match(run, "^([^@]+)@(%x+)$")
+	if r then
+		mrun, mnode = r, n
+	end
+end
 local id, start, uptime = "?", now, false
 local server = info("server")
 if server then
@@ -157,6 +173,14 @@ if r then
 	replid2 = string.match(r, "master_replid2:(%x+)") or "?"
 	replicas = tonumber(string.match(r, "connected_slaves:(%d+)") or "0")
 end
+local cluster = string.find(KEYS[1], "{", 1, true) ~= nil
+local myid
+if cluster then
+	local ok, r = pcall(redis.call, "CLUSTER", "MYID")
+	if ok and type(r) == "string" then
+		myid = r
+	end
+end
 local function covered()
 	return mwait and mreplicas and mwait > 0 and mwait >= mreplicas
 end
@@ -167,7 +191,11 @@ local function write(continues)
 		wait = math.min(wait, mwait)
 		replicas = math.max(replicas, mreplicas)
 	end
-	local now_marker = string.format("%d %s %d %s %d %d %d %d", began, id, declared, replid, fed, wait, replicas, evicted)
+	local self = id
+	if myid then
+		self = id .. "@" .. myid
+	end
+	local now_marker = string.format("%d %s %d %s %d %d %d %d", began, self, declared, replid, fed, wait, replicas, evicted)
 	if now_marker ~= m then
 		redis.call("SET", KEYS[1], now_marker, "PXAT", ARGV[1])
 	elseif redis.call("PTTL", KEYS[1]) == -1 then
@@ -175,7 +203,6 @@ local function write(continues)
 	end
 	return reply(now_marker)
 end
-local cluster = string.find(KEYS[1], "{", 1, true) ~= nil
 -- continued: this process continued another replication history than its
 -- own (master_replid2 is set): it was promoted, or it loaded the files of
 -- a primary that had replicas. With fed (bytes read from a primary: it is,
@@ -195,38 +222,49 @@ local function fromDisk()
 	end
 	return false
 end
-if began and run == id and (mfed == nil or mfed == fed) then
-	-- The same process, which has been no replica since: its scripts
-	-- went, not its memory, unless it evicted keys since (or its
-	-- statistics were reset, which hides whether it did).
+if began and mrun == id and (mfed == nil or mfed == fed) and not (continued and mreplid ~= nil and mreplid ~= replid) then
+	-- The same process, which has been no replica since (it read no
+	-- bytes from a primary, and continued no history since the marker):
+	-- its scripts went, not its memory, unless it evicted keys since (or
+	-- its statistics were reset, which hides whether it did).
 	if mevicted and evicted ~= mevicted then
 		began = now
 	end
 	return write(true)
 end
--- A marker another process wrote, or this one before it read from a
--- primary. restored: this process took keys in a slot migration
--- (RESTORE-ASKING is MIGRATE's write on its target).
-local function restored()
-	local cmds = info("commandstats")
-	return cmds ~= nil and string.find(cmds, "cmdstat_restore-asking:", 1, true) ~= nil
+-- liveMaster reports whether the cluster node named node is a master other
+-- than this one that the cluster does not take for failed.
+local function liveMaster(node)
+	local ok, nodes = pcall(redis.call, "CLUSTER", "NODES")
+	if not ok or type(nodes) ~= "string" then
+		return false
+	end
+	for line in string.gmatch(nodes, "[^\n]+") do
+		local nid, flags = string.match(line, "^(%x+) %S+ (%S+)")
+		if nid == node then
+			return string.find(flags, "master", 1, true) ~= nil and string.find(flags, "fail", 1, true) == nil and string.find(flags, "myself", 1, true) == nil
+		end
+	end
+	return false
 end
-if began and cluster and run ~= id and not (mreplid ~= nil and mreplid == replid2) and restored() then
-	-- A slot marker from another master, which a migration brought with
-	-- the slot's keys. No Locker waited to see them replicated.
+if began and myid and mnode and mnode ~= myid and liveMaster(mnode) then
+	-- A slot marker from another master that still is one: a migration
+	-- brought it with the slot's keys. No Locker waited to see them
+	-- replicated.
 	wait = 0
 	if not streamed then
 		fromDisk()
 	end
 	return write(false)
 end
-if began and (streamed or (mreplicas ~= nil and mreplicas > 0)) then
-	-- Memory that may be a stream's (a promoted replica), or a new
-	-- process serving a history that had replicas: it cannot be told
-	-- from a promoted replica that restarted before anyone examined it.
-	-- Kept only where every grant of the marker's history reached every
-	-- replica, and this process continued that history (promoted from it)
-	-- or read no stream (its own files); the disk rule on top.
+if began and (streamed or (mreplicas ~= nil and mreplicas > 0) or (myid and mnode ~= myid)) then
+	-- Memory that may be a stream's (a promoted replica, or a cluster
+	-- node's slot from its former master), or a new process serving a
+	-- history that had replicas: it cannot be told from a promoted replica
+	-- that restarted before anyone examined it. Kept only where every
+	-- grant of the marker's history reached every replica, and this
+	-- process continued that history (promoted from it) or read no stream
+	-- (its own files); the disk rule on top.
 	local followed = mreplid ~= nil and mreplid ~= "?" and mreplid == replid2
 	if covered() and (followed or not streamed) then
 		if fed == 0 then
@@ -242,28 +280,13 @@ if began then
 		-- The grants before are moot: the memory began with the process.
 		return write(false)
 	end
-	-- The same memory, from AOF (or a migrated slot, whose keys no Locker
-	-- waited to see replicated): its grants' replicas are as they were.
-	if cluster then
-		wait = 0
-	end
+	-- The same memory, from AOF: its grants' replicas are as they were.
 	return write(true)
 end
-began = start
--- A process that read a replication stream, or continued another
--- history, has the memory the stream brought, not one that began with the
--- process: without the marker its history cannot be traced, and its
--- memory began now.
-if streamed then
-	began = now
-end
-local cmds = info("commandstats")
-if not cmds or string.find(cmds, "cmdstat_flushall:", 1, true) or string.find(cmds, "cmdstat_flushdb:", 1, true) then
-	began = now
-end
--- A process that evicted keys may have evicted the marker, and lock keys
--- with it: its memory began now, whatever its uptime.
-if evicted > 0 then
-	began = now
-end
+-- A missing marker: a first use, a restart without persistence, a flush,
+-- an eviction, or a replica's stream without it. Which, the node cannot
+-- say for sure (CONFIG RESETSTAT erases the command and eviction counts
+-- that would tell a flush or an eviction from a first use), so the memory
+-- began now.
+began = now
 return write(false)

@@ -25,8 +25,8 @@ const (
 // lock key (an admin client fills its memory; nothing is flushed). The next
 // TryLock of the held key finds the marker missing, and the guard must not
 // take the memory for one that began when the process did (its uptime is
-// longer than MaxTTL, and its command statistics show no flush): the process
-// evicted keys, so its memory began now, and the TryLock fails with
+// longer than MaxTTL, and its command statistics show no flush): a missing
+// marker means the memory began now, and the TryLock fails with
 // ErrNodeQuarantined. The negative control, NoQuarantine, shows the same
 // flow granting the held lock a second time.
 func TestEvictedMarkerQuarantinesTheNode(t *testing.T) {
@@ -47,13 +47,14 @@ func TestEvictedMarkerQuarantinesTheNode(t *testing.T) {
 
 					node := closing(t, redis.NewClient(clientOptions(s.Addr())))
 					l := lockerOver(t, node, &redlock.Options{NodeTimeout: 2 * time.Second, MaxTTL: evictionMaxTTL, NoAutoPipeline: direct, NoQuarantine: !guarded})
+					require.NoError(t, l.TrustNodes(ctx))
 					held, err := l.TryLock(ctx, key, evictionHeldTTL)
-					require.NoError(t, err, "a process up for longer than MaxTTL, on first use: no TrustNodes needed")
+					require.NoError(t, err)
 					gone := []string{key}
 					if guarded {
 						n, err := admin.Exists(ctx, guardMarker).Result()
 						require.NoError(t, err)
-						require.Equal(t, int64(1), n, "the guard's examination wrote its marker")
+						require.Equal(t, int64(1), n, "TrustNodes wrote the marker")
 						gone = append(gone, guardMarker)
 					}
 

@@ -18,11 +18,12 @@ import (
 	"github.com/redlock/redlock/test/integration/harness"
 )
 
-// The node guard on real servers, with no TrustNodes: a node up for longer
-// than MaxTTL whose marker is new (first use, no flush) is not quarantined,
-// as its memory began when it started; a FLUSHALL quarantines that node
-// (the server's command statistics show the flush) while the others carry
-// the lock; the quarantine ends MaxTTL later. Restarts without persistence:
+// The node guard on real servers, with no TrustNodes: nodes up for longer
+// than MaxTTL without a marker (a first use) are quarantined for MaxTTL all
+// the same, since a first use cannot be told for sure from a flush or an
+// eviction (CONFIG RESETSTAT erases the counts that would tell); a FLUSHALL
+// quarantines that node while the others carry the lock; the quarantine
+// ends MaxTTL later. Restarts without persistence:
 // TestNodeRestartWhileHeld.
 func TestNodeGuardOnRealServers(t *testing.T) {
 	ctx := t.Context()
@@ -41,8 +42,16 @@ func TestNodeGuardOnRealServers(t *testing.T) {
 		})
 	}
 	l := untrustingLocker(t, c.Lockers(), opts)
-	lease, err := l.TryLock(ctx, "it:guard", maxTTL)
-	require.NoError(t, err, "nodes up for longer than MaxTTL, on first use")
+	firstUse := time.Now()
+	_, err := l.TryLock(ctx, "it:guard", maxTTL)
+	require.ErrorIs(t, err, redlock.ErrNodeQuarantined, "nodes without a marker, however long they have run")
+	drain(t, l)
+	var lease *redlock.Lease
+	eventually(t, 3*maxTTL, "the first use's quarantine ends", func() (bool, error) {
+		lease, err = l.TryLock(ctx, "it:guard", maxTTL)
+		return err == nil, nil
+	})
+	require.GreaterOrEqual(t, time.Since(firstUse), maxTTL-time.Second, "the first use's quarantine lasted MaxTTL")
 	require.NoError(t, lease.Unlock(ctx))
 	// Settled before the count begins: the first release's EVALSHA meets an
 	// empty script cache (NOSCRIPT), and a SET batched behind it would run
