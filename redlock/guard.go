@@ -180,14 +180,9 @@ type guard struct {
 	// or one whose TTLs do not follow its clock).
 	expiry atomic.Int64
 
-	// standalone is the proof of markerKey's state (nil: none), read by
-	// every batch's companions without taking mu.
-	standalone atomic.Pointer[examination]
-	// watchStandalone says markerKey's state needs the replication
-	// companion (see failover.go), and evictsStandalone the eviction
-	// companion: read without taking mu.
-	watchStandalone  atomic.Bool
-	evictsStandalone atomic.Bool
+	// standalone is memory[markerKey] (nil: none), read by every batch's
+	// companions without taking mu.
+	standalone atomic.Pointer[memoryState]
 
 	mu       sync.Mutex
 	memory   map[string]memoryState // by marker key
@@ -206,10 +201,8 @@ type memoryState struct {
 	examinedAt time.Time
 	age        time.Duration
 	proof      *examination // the copy of the examine script that examined it (see proof.go)
-	// history is the marker's replication history (see failover.go); watch
-	// says the batches check it with the replication companion.
+	// history is the marker's replication history (see failover.go).
 	history history
-	watch   bool
 	// evicts says the node may evict keys (maxmemory, and a policy other
 	// than noeviction), so that the batches watch its evictions with the
 	// eviction companion; evicted is how many keys the process had evicted
@@ -268,19 +261,23 @@ var (
 
 func (g *guard) companions(ctx context.Context, marker string) companions {
 	c := companions{marker: marker}
-	watch, evicts := false, false
+	var state memoryState
 	if marker == markerKey {
-		c.proof, watch, evicts = g.standalone.Load(), g.watchStandalone.Load(), g.evictsStandalone.Load()
+		if s := g.standalone.Load(); s != nil {
+			state = *s
+		}
 	} else {
 		g.mu.Lock()
-		state := g.memory[marker]
-		c.proof, watch, evicts = state.proof, state.watch, state.evicts
+		state = g.memory[marker]
 		g.mu.Unlock()
 	}
-	if watch {
+	c.proof = state.proof
+	// A history that every grant reaches every replica in stays so only
+	// while the node's replicas are watched (see failover.go).
+	if g.waitReplicas > 0 && state.history.covered() {
 		c.replication = redis.NewStringCmd(ctx, replicationInfoArgs...)
 	}
-	if evicts {
+	if state.evicts {
 		c.evictions = redis.NewStringCmd(ctx, statsInfoArgs...)
 	}
 	if c.proof != nil {
@@ -477,7 +474,6 @@ func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (
 	}
 	g.learn(m.declared)
 	state := memoryState{marker: value, proof: proof, examinedAt: g.now.Now(), age: nodeNow.Sub(time.UnixMilli(m.began)), history: m.history, evicts: evicts, evicted: m.evicted}
-	state.watch = g.waitReplicas > 0 && m.history.covered()
 	if before, err := parseMarker(found); err == nil && found != "" {
 		weakened = before.history.covered() && !m.history.covered()
 	}
@@ -493,9 +489,7 @@ func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (
 		g.expiry.Store(state.expiry)
 	}
 	if marker == markerKey {
-		g.standalone.Store(proof)
-		g.watchStandalone.Store(state.watch)
-		g.evictsStandalone.Store(state.evicts)
+		g.standalone.Store(&state)
 	}
 	g.mu.Unlock()
 	return state, weakened, nil
@@ -725,8 +719,6 @@ func (g *guard) demoted() {
 	g.mu.Lock()
 	clear(g.memory)
 	g.standalone.Store(nil)
-	g.watchStandalone.Store(false)
-	g.evictsStandalone.Store(false)
 	g.mu.Unlock()
 }
 

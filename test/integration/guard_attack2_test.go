@@ -6,9 +6,6 @@ package integration
 // subtest that differs by one step and was refused all along.
 
 import (
-	"context"
-	"errors"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
-	"github.com/redlock/redlock/internal/faultnet"
 	"github.com/redlock/redlock/redlock"
 	"github.com/redlock/redlock/test/integration/harness"
 	"github.com/redlock/redlock/test/integration/procs"
@@ -131,112 +127,6 @@ func TestMissingMarkerOnAnOldProcessIsQuarantined(t *testing.T) {
 			second, err := a.TryLock(ctx, key, failoverTTL)
 			t.Logf("marker after: %q", p.Client.Get(ctx, guardMarker).Val())
 			requireGuardDecides(t, a, held, second, err, true, "an old process that lost its keys was let in by its age")
-		})
-	}
-}
-
-// TestClusterFailoverAfterAMigrationInIsQuarantined: the first review's
-// TestClusterFailoverIsNotTakenForAMigration ("stale replid": slot markers
-// written before the master's first replica attached, so their replid is
-// not the promoted replica's master_replid2), with one step more: after
-// the replica attached, another slot migrates INTO the master. The
-// master's RESTORE-ASKING is replicated, so the replica's own INFO
-// commandstats names cmdstat_restore-asking, and examine.lua's migration
-// branch ("cluster and run ~= id and not followed and restored()") keeps
-// the old master's slot marker on the promoted replica.
-//
-//   - control: no migration: quarantined (the first review's fix).
-//   - migrated-in: let in, and A's held lock is granted to B.
-func TestClusterFailoverAfterAMigrationInIsQuarantined(t *testing.T) {
-	for _, migrate := range []bool{false, true} {
-		t.Run(map[bool]string{false: "control", true: "migrated-in"}[migrate], func(t *testing.T) {
-			ctx := t.Context()
-			const key = "it:attack2-cluster-migrated-in"
-			cluster := procs.StartCluster(t, harness.SuiteServer(), 3, 0)
-			slot, err := cluster.Nodes[0].Client.ClusterKeySlot(ctx, key).Result()
-			require.NoError(t, err)
-			master, err := cluster.MasterOfSlot(ctx, slot)
-			require.NoError(t, err)
-			link, err := faultnet.Listen(master.Addr)
-			require.NoError(t, err)
-			t.Cleanup(func() { link.Close() })
-			dialer := func(ctx context.Context, network, addr string) (net.Conn, error) {
-				if addr == link.Addr() {
-					addr = master.Addr
-				}
-				var d net.Dialer
-				return d.DialContext(ctx, network, addr)
-			}
-			cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), DialTimeout: time.Second, Dialer: dialer})
-			t.Cleanup(func() { cc.Close() })
-			opts := &redlock.Options{NodeTimeout: 2 * time.Second, MaxTTL: failoverMaxTTL}
-			a := newLockerOn(t, []redlock.Node{cc}, opts)
-			marker := "redlock:memory:{" + keyTagOfSlot(t, master.Client, slot) + "}"
-
-			_, linkPort, _ := net.SplitHostPort(link.Addr())
-			require.NoError(t, master.Client.ConfigSet(ctx, "cluster-announce-port", linkPort).Err())
-			replica := cluster.AddMaster(t)
-			masterID, err := master.Client.Do(ctx, "CLUSTER", "MYID").Text()
-			require.NoError(t, err)
-			procs.WaitFor(t, 30*time.Second, "the added node sees the master at the proxy", func() (bool, error) {
-				nodes, err := replica.Client.ClusterNodes(ctx).Result()
-				return err == nil && strings.Contains(nodes, masterID+" "+link.Addr()), err
-			})
-			require.NoError(t, replica.Client.Do(ctx, "CLUSTER", "REPLICATE", masterID).Err())
-			procs.WaitFor(t, 30*time.Second, "the added node replicates the slot's master", func() (bool, error) {
-				info, err := replica.Client.Info(ctx, "replication").Result()
-				return err == nil && strings.Contains(info, "master_link_status:up"), err
-			})
-			if migrate {
-				// Another slot (its slot marker a key of it) moves from
-				// another master into the lock key's master.
-				var other string
-				for i := 0; ; i++ {
-					other = "it:attack2-other-" + strconv.Itoa(i)
-					m, err := cc.MasterForKey(ctx, other)
-					require.NoError(t, err)
-					if a := m.Options().Addr; a != master.Addr && a != link.Addr() {
-						break
-					}
-				}
-				require.NoError(t, cc.Set(ctx, other, "x", 0).Err())
-				move, err := cluster.MoveSlotTo(ctx, cc, other, master)
-				require.NoError(t, err)
-				require.NoError(t, move.Begin(ctx))
-				require.NoError(t, move.Finish(ctx))
-				procs.WaitFor(t, 10*time.Second, "the replica counts the replicated RESTORE-ASKING", func() (bool, error) {
-					return strings.Contains(commandStats(t, replica.Client), "cmdstat_restore-asking:"), nil
-				})
-			}
-			procs.WaitFor(t, 10*time.Second, "the marker reaches the replica", func() (bool, error) {
-				want := master.Client.Get(ctx, marker).Val()
-				conn := replica.Client.Conn()
-				defer conn.Close()
-				if err := conn.ReadOnly(ctx).Err(); err != nil {
-					return false, err
-				}
-				got, err := conn.Get(ctx, marker).Result()
-				return got == want, err
-			})
-			link.SetBlackhole(true)
-			link.DropConnections()
-			held, err := a.TryLock(ctx, key, failoverTTL)
-			require.NoError(t, err)
-			master.Kill()
-			procs.WaitFor(t, 30*time.Second, "the cluster promotes the replica", func() (bool, error) {
-				m, err := cluster.MasterOfSlot(ctx, slot)
-				return err == nil && m == replica, err
-			})
-			require.Zero(t, replica.Client.Exists(ctx, key).Val(), "the promoted replica lacks A's grant")
-			t.Logf("promoted: %v; slot marker %q", replidOf(t, replica.Client), replica.Client.Get(ctx, marker).Val())
-			b := untrustingLocker(t, []redlock.Node{cluster.Client(t)}, opts)
-			var second *redlock.Lease
-			procs.WaitFor(t, 10*time.Second, "B reaches the promoted master", func() (bool, error) {
-				second, err = b.TryLock(ctx, key, failoverTTL)
-				return err == nil || errors.Is(err, redlock.ErrNodeQuarantined), nil
-			})
-			t.Logf("slot marker after B's examination: %q", replica.Client.Get(ctx, marker).Val())
-			requireGuardDecides(t, b, held, second, err, true, "a cluster failover on a master that once imported a slot was taken for a migration")
 		})
 	}
 }

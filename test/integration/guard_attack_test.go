@@ -202,20 +202,26 @@ func TestPromotedReplicaRestartedFromAOFIsQuarantined(t *testing.T) {
 }
 
 // TestClusterFailoverIsNotTakenForAMigration: on a Redis Cluster, a slot
-// marker whose replid is not the promoted replica's master_replid2 is taken
-// for a marker a slot migration brought ("cluster and run ~= id and not
-// followed" in examine.lua) and kept. But a master's replid also changes
-// when its first replica attaches (Redis creates the backlog with a new
-// replication ID), and a Locker with WaitReplicas 0 never re-examines on
-// that. So: slot markers written on a master with no replica, a replica
-// added later, a lease granted (WaitReplicas 0, not covered), the master
-// killed and the replica promoted without the grant: the guard lets the
-// promoted replica in at once and the held lock is granted again. Control:
-// the same flow with TrustNodes run again after the replica attached (the
-// marker then names the current history) is quarantined.
+// marker from another node was kept as one a slot migration brought when
+// its replid was not the promoted replica's master_replid2. But a master's
+// replid also changes when its first replica attaches (Redis creates the
+// backlog with a new replication ID), and a Locker with WaitReplicas 0
+// never re-examines on that. So: slot markers written on a master with no
+// replica, a replica added later, a lease granted (WaitReplicas 0, not
+// covered), the master killed and the replica promoted without the grant.
+//
+//   - retrusted control: TrustNodes again after the replica attached (the
+//     marker then names the current history): quarantined all along.
+//   - stale replid: the guard let the promoted replica in at once (first
+//     review), and the held lock was granted again.
+//   - stale replid, migrated in: the same, after another slot migrated into
+//     the master: its RESTORE-ASKING is replicated, so the promoted replica's
+//     own commandstats named cmdstat_restore-asking, which the guard took
+//     for proof of a migration (second review). Now a slot marker counts as
+//     a migration's only while CLUSTER NODES shows its node as a live master.
 func TestClusterFailoverIsNotTakenForAMigration(t *testing.T) {
-	for _, retrust := range []bool{true, false} {
-		t.Run(map[bool]string{true: "control", false: "stale replid"}[retrust], func(t *testing.T) {
+	for _, mode := range []string{"retrusted control", "stale replid", "stale replid, migrated in"} {
+		t.Run(mode, func(t *testing.T) {
 			ctx := t.Context()
 			const key = "it:attack-cluster-replid"
 			cluster := procs.StartCluster(t, harness.SuiteServer(), 3, 0)
@@ -259,8 +265,29 @@ func TestClusterFailoverIsNotTakenForAMigration(t *testing.T) {
 				return err == nil && strings.Contains(info, "master_link_status:up"), err
 			})
 			t.Logf("master after its first replica attached: %v; slot marker %q", replidOf(t, master.Client), before)
-			if retrust {
+			switch mode {
+			case "retrusted control":
 				require.NoError(t, a.TrustNodes(ctx))
+			case "stale replid, migrated in":
+				// Another slot (its slot marker a key of it) moves from
+				// another master into the lock key's master.
+				var other string
+				for i := 0; ; i++ {
+					other = "it:attack-other-" + strconv.Itoa(i)
+					m, err := cc.MasterForKey(ctx, other)
+					require.NoError(t, err)
+					if a := m.Options().Addr; a != master.Addr && a != link.Addr() {
+						break
+					}
+				}
+				require.NoError(t, cc.Set(ctx, other, "x", 0).Err())
+				move, err := cluster.MoveSlotTo(ctx, cc, other, master)
+				require.NoError(t, err)
+				require.NoError(t, move.Begin(ctx))
+				require.NoError(t, move.Finish(ctx))
+				procs.WaitFor(t, 10*time.Second, "the replica counts the replicated RESTORE-ASKING", func() (bool, error) {
+					return strings.Contains(commandStats(t, replica.Client), "cmdstat_restore-asking:"), nil
+				})
 			}
 			procs.WaitFor(t, 10*time.Second, "the marker reaches the replica", func() (bool, error) {
 				want := master.Client.Get(ctx, marker).Val()
