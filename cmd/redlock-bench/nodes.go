@@ -9,16 +9,15 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlock/redlock/internal/faultnet"
+	"github.com/redlock/redlock/internal/redisproc"
 )
 
 // deployment is the set of nodes a run talks to: where they are, what they
@@ -187,125 +186,28 @@ func (d *deployment) spawn(ctx context.Context, n int, server string, replicas i
 			if err != nil {
 				return err
 			}
-			if err := waitInSync(ctx, r); err != nil {
+			if err := redisproc.WaitInSync(ctx, r.Addr); err != nil {
 				return fmt.Errorf("-replicas: the replica on %s: %w", r.Addr, err)
 			}
 		}
 	}
-	d.describe = fmt.Sprintf("%d local redis-server processes started by -spawn (%s, %s)", n, bin, serverVersion(ctx, d.options[0]))
+	d.describe = fmt.Sprintf("%d local redis-server processes started by -spawn (%s, %s)", n, bin, redisproc.Version(ctx, d.options[0].Addr))
 	if replicas > 0 {
 		d.describe += fmt.Sprintf(", each with %d replica(s)", replicas)
 	}
 	return nil
 }
 
-// startServer starts one server process on a free loopback port, stopped by
-// d.close, and waits until it answers.
-//
-// Each server gets a directory of its own, removed with it: a replica's full
-// sync writes an RDB file there even with saving off, and the working
-// directory is no place for it.
+// startServer starts one server process on a free loopback port (with a
+// data directory of its own: a replica's full sync writes an RDB file even
+// with saving off), stopped and removed by d.close.
 func (d *deployment) startServer(ctx context.Context, bin string, args ...string) (*redis.Options, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "redlock-bench-")
+	s, err := redisproc.Start(ctx, bin, args...)
 	if err != nil {
 		return nil, fmt.Errorf("-spawn: %w", err)
 	}
-	d.cleanup = append(d.cleanup, func() { os.RemoveAll(dir) }) // runs after the stop below (cleanup runs backwards)
-	cmd := exec.Command(bin, append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no",
-		"--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning", "--repl-diskless-sync-delay", "0"}, args...)...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // not killed twice by the terminal's Ctrl-C
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("-spawn: %w", err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	d.cleanup = append(d.cleanup, func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-	})
-	o := &redis.Options{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
-	if err := waitReady(ctx, o, exited); err != nil {
-		return nil, fmt.Errorf("-spawn: %s on port %d: %w", bin, port, err)
-	}
-	return o, nil
-}
-
-// waitInSync waits until the replica at o reports its link to its primary
-// up.
-func waitInSync(ctx context.Context, o *redis.Options) error {
-	c := redis.NewClient(o)
-	defer c.Close()
-	deadline := time.After(20 * time.Second)
-	for {
-		if info, err := c.Info(ctx, "replication").Result(); err == nil && strings.Contains(info, "master_link_status:up") {
-			return nil
-		}
-		select {
-		case <-deadline:
-			return errors.New("not in sync after 20s")
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-func waitReady(ctx context.Context, o *redis.Options, exited <-chan struct{}) error {
-	c := redis.NewClient(o)
-	defer c.Close()
-	deadline := time.After(10 * time.Second)
-	for {
-		if c.Ping(ctx).Err() == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			return errors.New("exited at start")
-		case <-deadline:
-			return errors.New("not answering after 10s")
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-}
-
-// serverVersion is what the node says it runs: "redis 8.0.2", "valkey 8.1.1".
-func serverVersion(ctx context.Context, o *redis.Options) string {
-	c := redis.NewClient(o)
-	defer c.Close()
-	info, err := c.Info(ctx, "server").Result()
-	if err != nil {
-		return "version unknown: " + err.Error()
-	}
-	fields := map[string]string{}
-	for _, line := range strings.Split(info, "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
-			fields[k] = v
-		}
-	}
-	if v := fields["valkey_version"]; v != "" {
-		return "valkey " + v
-	}
-	return "redis " + fields["redis_version"]
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	d.cleanup = append(d.cleanup, s.Close)
+	return &redis.Options{Addr: s.Addr()}, nil
 }
 
 // proxy puts a fault proxy in front of every node, with one-way delays.

@@ -1,0 +1,290 @@
+// Package redisproc runs Redis and Valkey servers as plain processes on
+// loopback ports, for the tools that start their own nodes (redlock-bench
+// -spawn, redlock-chaos): start, stop, crash (SIGKILL), freeze (SIGSTOP),
+// and restart on the same port and data directory, so that a client that
+// reconnects finds the "same" node with whatever memory the restart kept.
+//
+// It is not for the library: nothing under redlock/ imports it. The
+// integration tests have their own harness (test/integration/procs), bound
+// to testing.TB.
+package redisproc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Server is one server process, or the place for one between a crash and a
+// restart. Its methods are safe for concurrent use.
+type Server struct {
+	bin  string
+	port int
+	dir  string
+	args []string // the caller's, after the base arguments
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
+	frozen bool
+}
+
+// Start starts bin on a free 127.0.0.1 port with a data directory of its own
+// (removed by Close), saving and AOF off unless args say otherwise (later
+// arguments win), and waits until it answers PING.
+func Start(ctx context.Context, bin string, args ...string) (*Server, error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "redisproc-")
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{bin: bin, port: port, dir: dir, args: args}
+	if err := s.start(ctx); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
+}
+
+// Addr is the server's address, 127.0.0.1:port.
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+
+// Dir is the server's data directory (dump.rdb, the AOF).
+func (s *Server) Dir() string { return s.dir }
+
+// Client returns a new client of the server, for administration.
+func (s *Server) Client() *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
+}
+
+func (s *Server) start(ctx context.Context) error {
+	base := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
+		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--daemonize", "no",
+		"--loglevel", "warning", "--repl-diskless-sync-delay", "0"}
+	cmd := exec.Command(s.bin, append(base, s.args...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // not killed twice by the terminal's Ctrl-C
+	logPath := filepath.Join(s.dir, "server.log")
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("redisproc: %w", err)
+	}
+	defer log.Close() // the child has its own descriptor
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("redisproc: %s: %w", s.bin, err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	s.mu.Lock()
+	s.cmd, s.exited, s.frozen = cmd, exited, false
+	s.mu.Unlock()
+	if err := waitReady(ctx, s.Addr(), exited); err != nil {
+		s.Kill()
+		out, _ := os.ReadFile(logPath)
+		return fmt.Errorf("redisproc: %s on port %d: %w (its log: %s)", s.bin, s.port, err, lastLines(string(out), 5))
+	}
+	return nil
+}
+
+// Restart starts the server again on its port and data directory, after Kill
+// or Stop, and waits until it answers: it loads dump.rdb or the AOF if its
+// directory has one.
+func (s *Server) Restart(ctx context.Context) error {
+	if s.Alive() {
+		return fmt.Errorf("redisproc: restart %s: still running", s.Addr())
+	}
+	return s.start(ctx)
+}
+
+// Alive reports whether the process is running (frozen or not).
+func (s *Server) Alive() bool {
+	s.mu.Lock()
+	exited := s.exited
+	s.mu.Unlock()
+	if exited == nil {
+		return false
+	}
+	select {
+	case <-exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Kill crashes the server (SIGKILL, which also ends a frozen one) and waits
+// for it to exit: nothing is saved.
+func (s *Server) Kill() {
+	s.signal(syscall.SIGKILL)
+	s.wait(0)
+}
+
+// Stop shuts the server down (SIGTERM; SIGKILL after 5 s) and waits for it.
+func (s *Server) Stop() {
+	s.Thaw()
+	s.signal(syscall.SIGTERM)
+	if !s.wait(5 * time.Second) {
+		s.Kill()
+	}
+}
+
+// Freeze stops the process (SIGSTOP): its connections stay open and nothing
+// is answered, as a stalled VM. Thaw resumes it.
+func (s *Server) Freeze() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil && !s.frozen {
+		s.cmd.Process.Signal(syscall.SIGSTOP)
+		s.frozen = true
+	}
+}
+
+// Thaw resumes a frozen process.
+func (s *Server) Thaw() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil && s.frozen {
+		s.cmd.Process.Signal(syscall.SIGCONT)
+		s.frozen = false
+	}
+}
+
+// Close stops the server and removes its data directory.
+func (s *Server) Close() {
+	s.Stop()
+	os.RemoveAll(s.dir)
+}
+
+// RemoveData deletes the server's persisted data (dump.rdb and the AOF
+// directory), so that the next Restart begins empty. Call it while the
+// server is down.
+func (s *Server) RemoveData() error {
+	for _, name := range []string{"dump.rdb", "appendonlydir", "appendonly.aof"} {
+		if err := os.RemoveAll(filepath.Join(s.dir, name)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Server) signal(sig os.Signal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		s.cmd.Process.Signal(sig)
+	}
+}
+
+// wait waits up to limit (0: without limit) for the process to exit.
+func (s *Server) wait(limit time.Duration) bool {
+	s.mu.Lock()
+	exited := s.exited
+	s.mu.Unlock()
+	if exited == nil {
+		return true
+	}
+	if limit == 0 {
+		<-exited
+		return true
+	}
+	select {
+	case <-exited:
+		return true
+	case <-time.After(limit):
+		return false
+	}
+}
+
+func waitReady(ctx context.Context, addr string, exited <-chan struct{}) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	defer c.Close()
+	deadline := time.After(20 * time.Second)
+	for {
+		// A server loading its data answers LOADING to PING.
+		if c.Ping(ctx).Err() == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return errors.New("exited at start")
+		case <-deadline:
+			return errors.New("not answering after 20s")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// WaitInSync waits until the replica at addr reports its link to its
+// primary up.
+func WaitInSync(ctx context.Context, addr string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	deadline := time.After(20 * time.Second)
+	for {
+		if info, err := c.Info(ctx, "replication").Result(); err == nil && strings.Contains(info, "master_link_status:up") {
+			return nil
+		}
+		select {
+		case <-deadline:
+			return errors.New("not in sync after 20s")
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Version is what the server at addr says it runs: "redis 8.0.2",
+// "valkey 8.1.1".
+func Version(ctx context.Context, addr string) string {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	defer c.Close()
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return "version unknown: " + err.Error()
+	}
+	fields := map[string]string{}
+	for _, line := range strings.Split(info, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			fields[k] = v
+		}
+	}
+	if v := fields["valkey_version"]; v != "" {
+		return "valkey " + v
+	}
+	return "redis " + fields["redis_version"]
+}
+
+// FreePort returns a loopback port that was free a moment ago.
+func FreePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}

@@ -1,0 +1,71 @@
+package redisproc_test
+
+import (
+	"context"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/internal/redisproc"
+)
+
+func start(t *testing.T) *redisproc.Server {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server not on PATH; scripts/test.sh installs it")
+	}
+	s, err := redisproc.Start(t.Context(), bin)
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	return s
+}
+
+// A crash keeps nothing; a restart after SAVE loads the snapshot; one after
+// RemoveData begins empty; the port stays the same throughout.
+func TestCrashAndRestart(t *testing.T) {
+	s := start(t)
+	ctx := t.Context()
+	c := s.Client()
+	t.Cleanup(func() { c.Close() })
+	require.NoError(t, c.Set(ctx, "saved", "1", 0).Err())
+	require.NoError(t, c.Save(ctx).Err())
+	require.NoError(t, c.Set(ctx, "unsaved", "1", 0).Err())
+
+	s.Kill()
+	assert.False(t, s.Alive())
+	require.NoError(t, s.Restart(ctx))
+	assert.True(t, s.Alive())
+	n, err := c.Exists(ctx, "saved", "unsaved").Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n, "the snapshot's key only")
+
+	s.Kill()
+	require.NoError(t, s.RemoveData())
+	require.NoError(t, s.Restart(ctx))
+	n, err = c.DBSize(ctx).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n)
+	assert.Error(t, s.Restart(ctx), "a running server is not restarted")
+}
+
+// A frozen server keeps its connections and answers nothing; thawed, it
+// answers again.
+func TestFreeze(t *testing.T) {
+	s := start(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, ReadTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { c.Close() })
+	require.NoError(t, c.Ping(t.Context()).Err())
+	s.Freeze()
+	err := c.Ping(t.Context()).Err()
+	require.Error(t, err)
+	s.Thaw()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	require.Eventually(t, func() bool { return c.Ping(ctx).Err() == nil }, 5*time.Second, 10*time.Millisecond)
+	assert.Contains(t, redisproc.Version(ctx, s.Addr()), "redis ")
+}
