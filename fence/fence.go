@@ -36,6 +36,9 @@ var (
 	//go:embed set.lua
 	setLua    string
 	setScript = redis.NewScript(setLua)
+	//go:embed get.lua
+	getLua    string
+	getScript = redis.NewScript(getLua)
 )
 
 // Redis guards values stored in Redis: each key keeps, beside it (same hash
@@ -63,6 +66,35 @@ func (g *Redis) Set(ctx context.Context, key string, value any, token uint64) er
 		return fmt.Errorf("fence: set %q with token %d: %w", key, token, ErrStaleToken)
 	}
 	return nil
+}
+
+// Get reads key for the holder of token, for a read-modify-write: a write
+// fenced by Set alone still loses updates when two holders overlap (both
+// read 10, the older writes 11 first, the newer writes 11 too, with a higher
+// token, and is accepted). Get records token as accepted for key, so that
+// every holder older than this reader is refused from then on, by Set and by
+// Get; it returns ErrStaleToken, and reads nothing, if a higher token was
+// accepted already. ok is false when key has no value.
+func (g *Redis) Get(ctx context.Context, key string, token uint64) (value string, ok bool, err error) {
+	tk, err := tokenKey(key)
+	if err != nil {
+		return "", false, err
+	}
+	reply, err := getScript.Run(ctx, g.client, []string{key, tk}, pad(token)).Slice()
+	if err != nil {
+		return "", false, fmt.Errorf("fence: get %q: %w", key, err)
+	}
+	if len(reply) == 0 || reply[0] != int64(1) {
+		return "", false, fmt.Errorf("fence: get %q with token %d: %w", key, token, ErrStaleToken)
+	}
+	if len(reply) < 2 {
+		return "", false, nil
+	}
+	value, ok = reply[1].(string)
+	if !ok {
+		return "", false, fmt.Errorf("fence: get %q: unexpected reply %v", key, reply)
+	}
+	return value, true, nil
 }
 
 // Token returns the highest token accepted for key, 0 if none.

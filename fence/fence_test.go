@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -45,6 +46,84 @@ func TestRedisGuard(t *testing.T) {
 	tok, err = g.Token(ctx, "never-written")
 	require.NoError(t, err)
 	assert.Zero(t, tok)
+}
+
+// Two holders overlap (the older one paused, or a lock granted twice) and
+// both increment a counter. With only the write fenced, the older holder's
+// write lands first and the newer one's, from the same read, lands after it:
+// an increment is lost with both writes accepted (the negative control).
+// With the read fenced by Get too, the newer holder's read refuses the older
+// holder's write.
+func TestRedisGuardedReadModifyWrite(t *testing.T) {
+	for _, fencedRead := range []bool{false, true} {
+		t.Run(map[bool]string{false: "write fenced only", true: "read fenced too"}[fencedRead], func(t *testing.T) {
+			m := miniredis.RunT(t)
+			c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+			t.Cleanup(func() { c.Close() })
+			g := fence.NewRedis(c)
+			ctx := t.Context()
+			require.NoError(t, g.Set(ctx, "counter", "10", 1))
+			read := func(token uint64) int {
+				var v string
+				var err error
+				if fencedRead {
+					var ok bool
+					v, ok, err = g.Get(ctx, "counter", token)
+					require.True(t, ok)
+				} else {
+					v, err = c.Get(ctx, "counter").Result()
+				}
+				require.NoError(t, err)
+				n, err := strconv.Atoi(v)
+				require.NoError(t, err)
+				return n
+			}
+			older, newer := read(5), read(6)
+			accepted := 0
+			for _, w := range []struct {
+				value int
+				token uint64
+			}{{older + 1, 5}, {newer + 1, 6}} {
+				if err := g.Set(ctx, "counter", strconv.Itoa(w.value), w.token); err == nil {
+					accepted++
+				} else {
+					require.ErrorIs(t, err, fence.ErrStaleToken)
+				}
+			}
+			final, _ := m.Get("counter")
+			if !fencedRead {
+				assert.Equal(t, 2, accepted, "both writes accepted")
+				assert.Equal(t, "11", final, "one increment lost")
+				return
+			}
+			assert.Equal(t, 1, accepted, "the older holder's write refused")
+			assert.Equal(t, "11", final)
+		})
+	}
+}
+
+func TestRedisGuardGet(t *testing.T) {
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { c.Close() })
+	g := fence.NewRedis(c)
+	ctx := t.Context()
+	_, ok, err := g.Get(ctx, "missing", 3)
+	require.NoError(t, err)
+	assert.False(t, ok)
+	tok, err := g.Token(ctx, "missing")
+	require.NoError(t, err)
+	assert.Equal(t, uint64(3), tok, "a read records its token")
+	require.ErrorIs(t, g.Set(ctx, "missing", "x", 2), fence.ErrStaleToken, "an older holder cannot write after the read")
+	require.NoError(t, g.Set(ctx, "missing", "x", 3))
+	v, ok, err := g.Get(ctx, "missing", 3)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.Equal(t, "x", v)
+	_, _, err = g.Get(ctx, "missing", 2)
+	require.ErrorIs(t, err, fence.ErrStaleToken)
+	_, _, err = g.Get(ctx, "", 2)
+	assert.Error(t, err)
 }
 
 func openSQLite(t *testing.T) *sql.DB {
