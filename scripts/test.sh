@@ -22,12 +22,15 @@ unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go')
 if [ -n "$unformatted" ]; then
 	echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
-stage "go mod tidy: nothing to change in either module"
+# The nested modules keep heavy dependencies out of the library's graph:
+# test/integration (Docker), cmd/redlock-chaos (porcupine).
+modules="test/integration cmd/redlock-chaos"
+stage "go mod tidy: nothing to change in any module"
 go mod tidy -diff
-(cd test/integration && go mod tidy -diff)
+for m in $modules; do (cd "$m" && go mod tidy -diff); done
 stage "go vet"
 go vet ./...
-(cd test/integration && go vet ./...)
+for m in $modules; do (cd "$m" && go vet ./...); done
 if [ "${REDLOCK_SKIP_INTEGRATION:-}" != 1 ]; then
 	# First, so that redis-server is installed for the CLI's -spawn test too.
 	stage "integration set-up: Docker and the server images"
@@ -49,9 +52,19 @@ fi
 grep -E '^(--- |ok)|explored' "$sched"; rm -f "$sched"
 
 if [ "${REDLOCK_SKIP_INTEGRATION:-}" = 1 ]; then
-	echo "== SKIPPED the integration tests (REDLOCK_SKIP_INTEGRATION=1)"
+	stage "the chaos referee's own tests (no servers): go test -race ./cmd/redlock-chaos/ -skip TestShortChaosRuns"
+	(cd cmd/redlock-chaos && go test -race -count=1 -skip TestShortChaosRuns ./...)
+	echo "== SKIPPED the integration tests and the chaos runs (REDLOCK_SKIP_INTEGRATION=1)"
 	exit 0
 fi
+# Seeded chaos runs on redis-server processes, in the safe configuration
+# (no violation allowed) and the unsafe one (the control: it must see some).
+stage "chaos runs: go test -race ./cmd/redlock-chaos/ (a safe and an unsafe 30 s run)"
+chaos=$(mktemp)
+if ! (cd cmd/redlock-chaos && go test -race -count=1 -v ./...) >"$chaos" 2>&1; then
+	grep -v 'pool.go' "$chaos"; rm -f "$chaos"; exit 1
+fi
+grep -E '^(--- |\s+--- |ok)|(leases granted|overlapping|stale accesses|increments lost|keys left|linearizable)' "$chaos"; rm -f "$chaos"
 log=$(mktemp)
 trap 'rm -f "$log"; [ -n "$stage_name" ] && echo "== ($stage_name: $((SECONDS - stage_start))s; $((SECONDS / 60))m$((SECONDS % 60))s in all)"' EXIT
 # The whole suite on every server, over the auto-pipeline; on Redis 7.0 over

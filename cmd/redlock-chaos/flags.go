@@ -1,0 +1,119 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// config is what the flags say.
+type config struct {
+	seed       uint64
+	safe       bool
+	clients    int
+	lockers    int
+	keys       int
+	nodes      int
+	ttl        time.Duration
+	hold       time.Duration
+	duration   time.Duration
+	faults     []string
+	faultEvery time.Duration
+	server     string
+	svg        string
+	history    string
+	json       bool
+}
+
+// usageError is a bad flag: exit status 2.
+type usageError struct{ error }
+
+// faultKinds are the nemesis's faults, in the order the manual lists them.
+var faultKinds = []string{"freeze", "kill", "outage", "snapshot", "partition", "blackhole", "latency", "scriptflush", "flush", "evict", "pause"}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var cfg config
+	fs := flag.NewFlagSet("redlock-chaos", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	seed := fs.Uint64("seed", 0, "the nemesis's seed (0: one from the clock, printed)")
+	conf := fs.String("config", "safe", "safe (fencing, the node guard) or unsafe (neither: the negative control)")
+	fs.IntVar(&cfg.clients, "clients", 6, "clients")
+	fs.IntVar(&cfg.lockers, "lockers", 2, "Lockers the clients are spread over")
+	fs.IntVar(&cfg.keys, "keys", 2, "lock names, each guarding one counter")
+	fs.IntVar(&cfg.nodes, "nodes", 5, "lock nodes")
+	fs.DurationVar(&cfg.ttl, "ttl", time.Second, "lease TTL")
+	hold := fs.Duration("hold", -1, "time between a critical section's read and its write (default: a quarter of -ttl)")
+	fs.DurationVar(&cfg.duration, "duration", 30*time.Second, "how long the clients run")
+	faults := fs.String("faults", strings.Join(faultKinds, ","), "faults to inject, comma-separated: "+strings.Join(faultKinds, ", "))
+	fs.DurationVar(&cfg.faultEvery, "fault-every", 2*time.Second, "mean time between faults")
+	fs.StringVar(&cfg.server, "server", "", "the server to start (default: redis-server on PATH)")
+	fs.StringVar(&cfg.svg, "svg", "", "write the run's timeline to this SVG file")
+	fs.StringVar(&cfg.history, "history", "", "where porcupine's visualisation of a non-linearizable history goes (default: redlock-chaos-SEED.html in the temporary directory)")
+	fs.BoolVar(&cfg.json, "json", false, "print the results as JSON")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, usageError{errors.New("see go doc ./cmd/redlock-chaos")}
+		}
+		return cfg, usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return cfg, usageError{fmt.Errorf("unexpected arguments: %q", fs.Args())}
+	}
+	switch *conf {
+	case "safe":
+		cfg.safe = true
+	case "unsafe":
+	default:
+		return cfg, usageError{fmt.Errorf("-config %q: want safe or unsafe", *conf)}
+	}
+	for _, c := range []struct {
+		name string
+		v    int
+	}{{"-clients", cfg.clients}, {"-lockers", cfg.lockers}, {"-keys", cfg.keys}, {"-nodes", cfg.nodes}} {
+		if c.v < 1 {
+			return cfg, usageError{fmt.Errorf("%s %d: want at least 1", c.name, c.v)}
+		}
+	}
+	if cfg.lockers > cfg.clients {
+		return cfg, usageError{fmt.Errorf("-lockers %d: more Lockers than -clients %d", cfg.lockers, cfg.clients)}
+	}
+	if cfg.ttl < 100*time.Millisecond {
+		return cfg, usageError{fmt.Errorf("-ttl %v: want at least 100ms", cfg.ttl)}
+	}
+	cfg.hold = *hold
+	if cfg.hold < 0 {
+		cfg.hold = cfg.ttl / 4
+	}
+	if cfg.hold >= cfg.ttl/2 {
+		return cfg, usageError{fmt.Errorf("-hold %v: want less than half the TTL (%v), or leases run out in the normal case", cfg.hold, cfg.ttl)}
+	}
+	if cfg.duration <= 0 || cfg.faultEvery <= 0 {
+		return cfg, usageError{errors.New("-duration and -fault-every must be positive")}
+	}
+	for _, f := range strings.Split(*faults, ",") {
+		f = strings.TrimSpace(f)
+		switch {
+		case f == "" || f == "none":
+		case slices.Contains(faultKinds, f):
+			if !slices.Contains(cfg.faults, f) {
+				cfg.faults = append(cfg.faults, f)
+			}
+		default:
+			return cfg, usageError{fmt.Errorf("-faults: unknown fault %q (known: %s)", f, strings.Join(faultKinds, ", "))}
+		}
+	}
+	cfg.seed = *seed
+	if cfg.seed == 0 {
+		cfg.seed = uint64(time.Now().UnixNano())
+	}
+	if cfg.history == "" {
+		cfg.history = filepath.Join(os.TempDir(), fmt.Sprintf("redlock-chaos-%d.html", cfg.seed))
+	}
+	return cfg, nil
+}

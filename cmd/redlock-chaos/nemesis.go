@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// fault is one of the nemesis's faults: planned from the seed (Kind, At,
+// For, Node or Client), then carried out, with when it really began and
+// ended (a fault waits for the previous one on its node to end).
+type fault struct {
+	Kind   string        `json:"kind"`
+	At     time.Duration `json:"at"`              // planned start, from the run's start
+	For    time.Duration `json:"for"`             // planned length; 0 for an instant fault
+	Node   int           `json:"node"`            // -1: a client's fault, or an outage's
+	Nodes  []int         `json:"nodes,omitempty"` // an outage's
+	Client int           `json:"client"`          // -1: a node's fault
+	Began  time.Duration `json:"began"`           // carried out
+	Ended  time.Duration `json:"ended"`
+	Err    string        `json:"err,omitempty"`
+}
+
+func (f fault) String() string {
+	who := "node " + strconv.Itoa(f.Node)
+	switch {
+	case len(f.Nodes) > 0:
+		who = "nodes " + strings.Trim(strings.Join(strings.Fields(fmt.Sprint(f.Nodes)), ","), "[]")
+	case f.Node < 0:
+		who = "client " + strconv.Itoa(f.Client)
+	}
+	s := fmt.Sprintf("%8s  %-11s %-9s", f.At.Round(time.Millisecond), f.Kind, who)
+	if f.For > 0 {
+		s += " for " + f.For.Round(time.Millisecond).String()
+	}
+	if f.Err != "" {
+		s += "  (" + f.Err + ")"
+	}
+	return s
+}
+
+// instant faults have no length.
+func instant(kind string) bool { return kind == "scriptflush" || kind == "flush" }
+
+// plan draws the fault schedule from the seed alone: the same seed and flags
+// give the same schedule.
+func plan(cfg config) []fault {
+	if len(cfg.faults) == 0 {
+		return nil
+	}
+	rng := rand.New(rand.NewPCG(cfg.seed, 0x6e656d65736973))
+	var out []fault
+	at := time.Duration(0)
+	for {
+		at += time.Duration(rng.ExpFloat64() * float64(cfg.faultEvery))
+		if at > cfg.duration-cfg.ttl {
+			return out
+		}
+		f := fault{Kind: cfg.faults[rng.IntN(len(cfg.faults))], At: at, Node: -1, Client: -1}
+		switch {
+		case f.Kind == "pause":
+			// Longer than any lease's validity: the paused holder writes
+			// after its lease ended, and another may have taken it.
+			f.Client, f.For = rng.IntN(cfg.clients), cfg.ttl*3/2
+		case f.Kind == "outage":
+			// A majority crashes and is restarted at once by a supervisor,
+			// with no persistence: back within tens of milliseconds, well inside a
+			// lease.
+			f.Nodes = rng.Perm(cfg.nodes)[:cfg.nodes/2+1]
+			slices.Sort(f.Nodes)
+			f.For = cfg.ttl/50 + time.Duration(rng.Int64N(int64(cfg.ttl/25)))
+		case instant(f.Kind):
+			f.Node = rng.IntN(cfg.nodes)
+		default:
+			f.Node, f.For = rng.IntN(cfg.nodes), cfg.ttl/2+time.Duration(rng.Int64N(int64(cfg.ttl*3/2)))
+		}
+		out = append(out, f)
+	}
+}
+
+// nemesis carries out a schedule on a deployment and on the clients.
+type nemesis struct {
+	d      *deployment
+	cfg    config
+	start  time.Time
+	pauses []chan *fault // one per client: a pause to take before its next write, which it dates
+	nodeMu []sync.Mutex  // one fault at a time per node
+}
+
+func newNemesis(d *deployment, cfg config, start time.Time) *nemesis {
+	n := &nemesis{d: d, cfg: cfg, start: start, pauses: make([]chan *fault, cfg.clients), nodeMu: make([]sync.Mutex, cfg.nodes)}
+	for i := range n.pauses {
+		n.pauses[i] = make(chan *fault, 1)
+	}
+	return n
+}
+
+// run carries out every fault at its time and returns once all have ended
+// (every node healed), or early faults undone when ctx ends.
+func (n *nemesis) run(ctx context.Context, faults []fault) {
+	var wg sync.WaitGroup
+	for i := range faults {
+		wg.Go(func() {
+			f := &faults[i]
+			select {
+			case <-time.After(time.Until(n.start.Add(f.At))):
+			case <-ctx.Done():
+				f.Err = "not carried out: the run ended"
+				f.Began, f.Ended = -1, -1
+				return
+			}
+			if err := n.carryOut(ctx, f); err != nil {
+				f.Err = err.Error()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func (n *nemesis) since() time.Duration { return time.Since(n.start) }
+
+func (n *nemesis) carryOut(ctx context.Context, f *fault) error {
+	if f.Kind == "pause" {
+		f.Began, f.Ended = -1, -1 // until the client takes it
+		select {
+		case n.pauses[f.Client] <- f:
+		default:
+			return fmt.Errorf("client %d has a pause pending", f.Client)
+		}
+		return nil
+	}
+	if f.Kind == "outage" {
+		return n.outage(ctx, f)
+	}
+	n.nodeMu[f.Node].Lock()
+	defer n.nodeMu[f.Node].Unlock()
+	s, p, admin := n.d.servers[f.Node], n.d.proxies[f.Node], n.d.admins[f.Node]
+	f.Began = n.since()
+	defer func() { f.Ended = n.since() }()
+	// hold waits out the fault's length; the heal runs even if the run
+	// ends first (a frozen node must not outlive the run).
+	hold := func() { time.Sleep(f.For) }
+	heal := context.WithoutCancel(ctx)
+	switch f.Kind {
+	case "freeze":
+		s.Freeze()
+		hold()
+		s.Thaw()
+	case "kill":
+		s.Kill()
+		if err := s.RemoveData(); err != nil {
+			return err
+		}
+		hold()
+		return s.Restart(heal)
+	case "snapshot":
+		if err := admin.Save(ctx).Err(); err != nil {
+			return fmt.Errorf("SAVE: %w", err)
+		}
+		hold()
+		s.Kill()
+		return s.Restart(heal)
+	case "partition":
+		p.SetDown(true)
+		hold()
+		p.SetDown(false)
+	case "blackhole":
+		p.SetBlackhole(true)
+		hold()
+		p.SetBlackhole(false)
+		p.DropConnections() // what was swallowed is gone: no connection is in step any more
+	case "latency":
+		p.SetDelay(0, n.cfg.ttl/3)
+		hold()
+		p.SetDelay(0, 0)
+	case "scriptflush":
+		return admin.ScriptFlush(ctx).Err()
+	case "flush":
+		return admin.FlushAll(ctx).Err()
+	case "evict":
+		info, err := admin.Info(ctx, "memory").Result()
+		if err != nil {
+			return err
+		}
+		used := infoInt(info, "used_memory")
+		limit := max(used-64<<10, 1)
+		if err := admin.ConfigSet(ctx, "maxmemory-policy", "allkeys-random").Err(); err != nil {
+			return err
+		}
+		if err := admin.ConfigSet(ctx, "maxmemory", strconv.FormatInt(limit, 10)).Err(); err != nil {
+			return err
+		}
+		hold()
+		if err := admin.ConfigSet(heal, "maxmemory", "0").Err(); err != nil {
+			return err
+		}
+		return admin.ConfigSet(heal, "maxmemory-policy", "noeviction").Err()
+	default:
+		return fmt.Errorf("unknown fault %q", f.Kind)
+	}
+	return nil
+}
+
+// outage crashes several nodes at once and restarts them with no data.
+func (n *nemesis) outage(ctx context.Context, f *fault) error {
+	for _, i := range f.Nodes { // ascending: no two faults wait on each other
+		n.nodeMu[i].Lock()
+		defer n.nodeMu[i].Unlock()
+	}
+	f.Began = n.since()
+	defer func() { f.Ended = n.since() }()
+	for _, i := range f.Nodes {
+		n.d.servers[i].Kill()
+		if err := n.d.servers[i].RemoveData(); err != nil {
+			return err
+		}
+	}
+	time.Sleep(f.For)
+	errs := make([]error, len(f.Nodes))
+	var wg sync.WaitGroup
+	for j, i := range f.Nodes { // together, as a supervisor would
+		wg.Go(func() { errs[j] = n.d.servers[i].Restart(context.WithoutCancel(ctx)) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// infoInt reads a numeric field of an INFO reply (0 if absent).
+func infoInt(info, field string) int64 {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}

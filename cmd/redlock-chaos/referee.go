@@ -1,0 +1,139 @@
+package main
+
+import (
+	"slices"
+	"time"
+)
+
+// counts is the referee's tally of a run.
+type counts struct {
+	Leases int `json:"leases"`
+	// LongestWait is the longest a successful Lock call waited: liveness
+	// under the faults.
+	LongestWait time.Duration `json:"longest_wait"`
+	// Overlaps is how many pairs of leases of one key had validity windows
+	// (acquisition to the end the client believed, or its release) that
+	// overlapped: two clients believing they held one lock at once.
+	Overlaps int `json:"overlaps"`
+	// LateWrites are writes sent after the writer's lease had run out;
+	// LateAccepted those the resource took.
+	LateWrites   int `json:"late_writes"`
+	LateAccepted int `json:"late_accepted"`
+	// StaleAccepted are accesses the resource took after it had taken an
+	// access from a newer lease of the same key (one whose acquisition
+	// began after this one's ended), in real-time order: what fencing
+	// exists to refuse.
+	StaleAccepted int `json:"stale_accepted"`
+	// Rejected are writes refused as stale (fencing at work).
+	Rejected int `json:"rejected"`
+	// Accepted increments, and how many of them the final counters lack;
+	// Unknown are writes whose outcome the client never learned, which
+	// widen what the counters may show.
+	Accepted       int `json:"accepted"`
+	Unknown        int `json:"unknown"`
+	LostIncrements int `json:"lost_increments"`
+	KeysLeft       int `json:"keys_left"`
+	// PastBound of BoundedCalls lock calls (Lock, Unlock) returned later
+	// than their deadline plus boundSlack.
+	PastBound    int `json:"past_bound"`
+	BoundedCalls int `json:"bounded_calls"`
+	// Marks are the violations, for the timeline.
+	Marks []mark `json:"-"`
+}
+
+// mark is one violation on the timeline.
+type mark struct {
+	Kind   string // "overlap", "stale"
+	Client int
+	At     int64 // nanoseconds from the start
+	Until  int64
+}
+
+// referee judges the leases and the accesses. Every time is a reading of one
+// process's monotonic clock, so real-time order between clients is exact.
+func referee(cfg config, h *history) counts {
+	c := counts{Leases: len(h.leases)}
+	for _, l := range h.leases {
+		c.LongestWait = max(c.LongestWait, l.Acquired-l.Call)
+	}
+	// Overlapping beliefs, per key.
+	byKey := make([][]int, cfg.keys)
+	for i, l := range h.leases {
+		byKey[l.Key] = append(byKey[l.Key], i)
+	}
+	for _, ids := range byKey {
+		slices.SortFunc(ids, func(a, b int) int { return int(h.leases[a].Acquired - h.leases[b].Acquired) })
+		for x, i := range ids {
+			a := h.leases[i]
+			for _, j := range ids[x+1:] {
+				b := h.leases[j]
+				if b.Acquired >= a.end() {
+					break // sorted by acquisition: no later one overlaps a
+				}
+				c.Overlaps++
+				c.Marks = append(c.Marks,
+					mark{Kind: "overlap", Client: a.Client, At: int64(b.Acquired), Until: int64(min(a.end(), b.end()))},
+					mark{Kind: "overlap", Client: b.Client, At: int64(b.Acquired), Until: int64(min(a.end(), b.end()))})
+			}
+		}
+	}
+	// Writes, late and stale.
+	accByKey := make([][]access, cfg.keys)
+	for _, a := range h.accesses {
+		l := h.leases[a.Lease]
+		accByKey[l.Key] = append(accByKey[l.Key], a)
+		if !a.Write {
+			continue
+		}
+		switch {
+		case a.Accepted:
+			c.Accepted++
+		case a.Unknown:
+			c.Unknown++
+		default:
+			c.Rejected++
+		}
+		if a.Call > l.Until {
+			c.LateWrites++
+			if a.Accepted {
+				c.LateAccepted++
+			}
+		}
+	}
+	for _, accs := range accByKey {
+		// For each accepted access x, was an accepted access y of a newer
+		// lease answered before x was sent?
+		for _, x := range accs {
+			if !x.Accepted {
+				continue
+			}
+			lx := h.leases[x.Lease]
+			for _, y := range accs {
+				ly := h.leases[y.Lease]
+				if y.Accepted && y.Return < x.Call && ly.Call > lx.Acquired && y.Lease != x.Lease {
+					c.StaleAccepted++
+					c.Marks = append(c.Marks, mark{Kind: "stale", Client: lx.Client, At: int64(x.Call), Until: int64(x.Return)})
+					break
+				}
+			}
+		}
+	}
+	return c
+}
+
+// lostIncrements compares the accepted increments with the final counters.
+// Writes with an unknown outcome may or may not have landed; a counter
+// short of even the accepted ones lost increments for sure.
+func (c *counts) lostIncrements(h *history, final []int64) {
+	accepted := make([]int64, len(final))
+	for _, a := range h.accesses {
+		if a.Write && a.Accepted {
+			accepted[h.leases[a.Lease].Key]++
+		}
+	}
+	for k := range final {
+		if lost := accepted[k] - final[k]; lost > 0 {
+			c.LostIncrements += int(lost)
+		}
+	}
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const ms = time.Millisecond
+
+// section appends one critical section to h: a lease of client on key 0
+// from acquired to until, a read of read at r and a write of read+1 at w.
+func section(h *history, client int, acquired, until, r, w time.Duration, read int64, accepted bool) {
+	li := len(h.leases)
+	h.leases = append(h.leases, leaseRecord{Client: client, Call: acquired - ms, Acquired: acquired, Until: until, Released: w + ms})
+	h.accesses = append(h.accesses,
+		access{Lease: li, Call: r, Return: r + ms, Value: read, Accepted: true},
+		access{Lease: li, Write: true, Call: w, Return: w + ms, Value: read + 1, Accepted: accepted})
+}
+
+func TestRefereeOnSerialSections(t *testing.T) {
+	h := &history{}
+	section(h, 0, 0, 100*ms, 10*ms, 20*ms, 0, true)
+	section(h, 1, 30*ms, 130*ms, 40*ms, 50*ms, 1, true)
+	c := referee(config{keys: 1}, h)
+	c.lostIncrements(h, []int64{2})
+	assert.Zero(t, c.Overlaps)
+	assert.Zero(t, c.StaleAccepted)
+	assert.Zero(t, c.LostIncrements)
+	assert.Equal(t, 2, c.Accepted)
+	res, _ := porcupine.CheckOperationsVerbose(counterModel.ToModel(), increments(h), time.Second)
+	assert.Equal(t, porcupine.Ok, res)
+}
+
+// The Kleppmann scenario without fencing: client 0 reads, pauses past its
+// lease; client 1 takes the lock, increments; client 0 wakes and writes its
+// stale value, accepted.
+func TestRefereeSeesAPausedHolder(t *testing.T) {
+	h := &history{}
+	section(h, 0, 0, 100*ms, 10*ms, 300*ms, 0, true)       // paused from 11ms to 300ms
+	section(h, 1, 150*ms, 250*ms, 160*ms, 170*ms, 0, true) // the counter still held 0
+	section(h, 1, 180*ms, 280*ms, 190*ms, 200*ms, 1, true)
+	c := referee(config{keys: 1}, h)
+	c.lostIncrements(h, []int64{1})
+	assert.Zero(t, c.Overlaps, "the paused holder's window ended at 100ms")
+	assert.Equal(t, 1, c.LateWrites)
+	assert.Equal(t, 1, c.LateAccepted)
+	assert.Equal(t, 1, c.StaleAccepted, "client 0's write after client 1's")
+	assert.Equal(t, 2, c.LostIncrements, "three accepted, the counter shows one")
+	res, _ := porcupine.CheckOperationsVerbose(counterModel.ToModel(), increments(h), time.Second)
+	assert.Equal(t, porcupine.Illegal, res)
+
+	// With fencing, the stale write is refused: linearizable, nothing lost.
+	h.accesses[1].Accepted = false
+	c = referee(config{keys: 1}, h)
+	c.lostIncrements(h, []int64{2})
+	assert.Zero(t, c.StaleAccepted)
+	assert.Zero(t, c.LostIncrements)
+	assert.Equal(t, 1, c.Rejected)
+	res, _ = porcupine.CheckOperationsVerbose(counterModel.ToModel(), increments(h), time.Second)
+	assert.Equal(t, porcupine.Ok, res)
+}
+
+func TestRefereeCountsOverlappingWindows(t *testing.T) {
+	h := &history{}
+	section(h, 0, 0, 100*ms, 10*ms, 20*ms, 0, true)
+	h.leases[0].Released = 0 // never released: believed to 100ms
+	section(h, 1, 50*ms, 150*ms, 60*ms, 70*ms, 1, true)
+	section(h, 2, 120*ms, 220*ms, 130*ms, 140*ms, 2, true)
+	c := referee(config{keys: 1}, h)
+	assert.Equal(t, 1, c.Overlaps, "client 1's lease began inside client 0's; client 2's after client 1 released")
+	assert.Len(t, c.Marks, 2)
+}
+
+func TestModelOfAnUnknownWrite(t *testing.T) {
+	h := &history{}
+	section(h, 0, 0, 100*ms, 10*ms, 20*ms, 0, false)
+	h.accesses[1].Unknown = true
+	section(h, 1, 30*ms, 130*ms, 40*ms, 50*ms, 1, true) // the unknown write landed
+	res, _ := porcupine.CheckOperationsVerbose(counterModel.ToModel(), increments(h), time.Second)
+	assert.Equal(t, porcupine.Ok, res)
+	h.accesses[1].Unknown = false // a refused write cannot have landed
+	res, _ = porcupine.CheckOperationsVerbose(counterModel.ToModel(), increments(h), time.Second)
+	assert.Equal(t, porcupine.Illegal, res)
+}
+
+func TestPlanIsTheSeeds(t *testing.T) {
+	cfg := config{seed: 42, clients: 3, nodes: 5, ttl: time.Second, duration: time.Minute, faultEvery: 2 * time.Second, faults: faultKinds}
+	a, b := plan(cfg), plan(cfg)
+	require.Equal(t, a, b)
+	require.NotEmpty(t, a)
+	for _, f := range a {
+		assert.Less(t, f.At, cfg.duration)
+		if f.Kind == "pause" {
+			assert.Equal(t, -1, f.Node)
+			assert.Less(t, f.Client, cfg.clients)
+			assert.Greater(t, f.For, cfg.ttl, "a pause outlasts the lease")
+		} else {
+			assert.Equal(t, -1, f.Client)
+			assert.Less(t, f.Node, cfg.nodes)
+		}
+	}
+	cfg.seed = 43
+	assert.NotEqual(t, a, plan(cfg))
+}
+
+func TestBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"-config", "maybe"}, {"-faults", "meteor"}, {"-clients", "0"}, {"-ttl", "1ms"},
+		{"-lockers", "9", "-clients", "2"}, {"-hold", "600ms"}, {"-duration", "0s"}, {"extra"},
+	} {
+		_, err := parseFlags(args, discard{})
+		var u usageError
+		require.ErrorAs(t, err, &u, "%v", args)
+	}
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
