@@ -8,6 +8,10 @@
 // token is the same holder writing again, which must succeed (a retried or
 // multi-step write). Lower tokens are rejected with ErrStaleToken.
 //
+// A read-modify-write must fence its read as well (Redis.Get): a guard that
+// sees only writes accepts two writes computed from the same read when the
+// older holder writes first.
+//
 // A lock with fencing reduces conflicts; the guard decides. For operations
 // that must happen at most once (a payment), also give each request a unique
 // id and let a unique constraint have the last word: see the package example.

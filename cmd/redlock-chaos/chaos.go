@@ -25,6 +25,9 @@ type result struct {
 	Accesses []access      `json:"accesses"`
 	Errors   map[string]int
 	Counts   counts `json:"counts"`
+	// Trials are the faults of each kind, and how many were followed by
+	// each kind of violation.
+	Trials []trials `json:"trials"`
 	// Linearizable is porcupine's verdict on the increments: Ok, Illegal
 	// or Unknown (it ran out of time); HistoryFile its visualisation,
 	// written when Illegal.
@@ -117,6 +120,7 @@ func chaos(ctx context.Context, cfg config, progress io.Writer) (*result, error)
 		return nil, err
 	}
 	res.Counts.lostIncrements(hist, final)
+	res.Trials = attribute(res.Faults, res.Counts.Marks, cfg.ttl)
 	res.Linearizable, res.HistoryFile, err = checkLinearizable(cfg, hist)
 	if err != nil {
 		return nil, err

@@ -29,6 +29,7 @@ type config struct {
 	svg        string
 	history    string
 	json       bool
+	models     bool
 }
 
 // usageError is a bad flag: exit status 2.
@@ -56,11 +57,15 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.svg, "svg", "", "write the run's timeline to this SVG file")
 	fs.StringVar(&cfg.history, "history", "", "where porcupine's visualisation of a non-linearizable history goes (default: redlock-chaos-SEED.html in the temporary directory)")
 	fs.BoolVar(&cfg.json, "json", false, "print the results as JSON")
+	fs.BoolVar(&cfg.models, "models", false, "run each kind of fault in -faults alone, unsafe then safe, and print a table of the trials")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cfg, usageError{errors.New("see go doc ./cmd/redlock-chaos")}
 		}
 		return cfg, usageError{err}
+	}
+	if *conf != "safe" && cfg.models {
+		return cfg, usageError{errors.New("-models runs both configurations: leave -config out")}
 	}
 	if fs.NArg() > 0 {
 		return cfg, usageError{fmt.Errorf("unexpected arguments: %q", fs.Args())}

@@ -59,6 +59,13 @@
 // visualisation (-history FILE, default redlock-chaos-SEED.html in the
 // temporary directory).
 //
+// With -models, each kind of fault in -faults runs alone, in the unsafe and
+// then the safe configuration, with seeds -seed, -seed+1, ...; each fault
+// is one trial of its failure model, and the output is a Markdown table of
+// how many trials were followed by overlapping leases or stale writes
+// accepted in each configuration (scripts/failure-report.sh writes it into
+// docs/failure-results.md).
+//
 // Output: the seed, the fault schedule, the counts and the verdicts (-json
 // for machines), and with -svg FILE a timeline of every client's leases and
 // writes with the faults shaded and the violations marked. A run replays its
@@ -98,6 +105,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := parseFlags(args, stderr)
 	if err != nil {
 		return err
+	}
+	if cfg.models {
+		return runModels(ctx, cfg, stdout, stderr)
 	}
 	res, err := chaos(ctx, cfg, stderr)
 	if err != nil {

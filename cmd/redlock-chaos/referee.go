@@ -137,3 +137,55 @@ func (c *counts) lostIncrements(h *history, final []int64) {
 		}
 	}
 }
+
+// trials counts, for each kind of fault, how many were carried out and how
+// many were followed by each kind of violation: each fault is one trial of
+// its failure model.
+type trials struct {
+	Kind       string `json:"kind"`
+	Faults     int    `json:"faults"`
+	Overlapped int    `json:"overlapped"` // followed by overlapping leases
+	Stale      int    `json:"stale"`      // followed by a stale access accepted
+}
+
+// attribute charges each violation to the faults whose window it falls in:
+// from the fault's start to two TTLs after its end, long enough for a lease
+// granted during the fault to run out. Faults close together share their
+// violations; a run of one kind of fault, spaced out, gives clean counts.
+func attribute(faults []fault, marks []mark, ttl time.Duration) []trials {
+	var out []trials
+	index := map[string]int{}
+	for _, f := range faults {
+		if f.Began < 0 {
+			continue // not carried out
+		}
+		i, ok := index[f.Kind]
+		if !ok {
+			i = len(out)
+			index[f.Kind] = i
+			out = append(out, trials{Kind: f.Kind})
+		}
+		out[i].Faults++
+		from, to := int64(f.Began), int64(f.Ended+2*ttl)
+		overlapped, stale := false, false
+		for _, m := range marks {
+			if m.At < from || m.At > to {
+				continue
+			}
+			switch m.Kind {
+			case "overlap":
+				overlapped = true
+			case "stale":
+				stale = true
+			}
+		}
+		if overlapped {
+			out[i].Overlapped++
+		}
+		if stale {
+			out[i].Stale++
+		}
+	}
+	slices.SortFunc(out, func(a, b trials) int { return slices.Index(faultKinds, a.Kind) - slices.Index(faultKinds, b.Kind) })
+	return out
+}

@@ -121,3 +121,23 @@ func TestBadFlags(t *testing.T) {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+func TestAttribute(t *testing.T) {
+	ttl := 100 * ms
+	faults := []fault{
+		{Kind: "outage", Began: 0, Ended: 50 * ms},
+		{Kind: "outage", Began: 1000 * ms, Ended: 1050 * ms},
+		{Kind: "pause", Began: 2000 * ms, Ended: 2150 * ms},
+		{Kind: "kill", Began: -1, Ended: -1}, // not carried out
+	}
+	marks := []mark{
+		{Kind: "overlap", At: int64(60 * ms)}, {Kind: "overlap", At: int64(60 * ms)}, // one pair
+		{Kind: "stale", At: int64(2200 * ms)},
+		{Kind: "stale", At: int64(3000 * ms)}, // after every window
+	}
+	got := attribute(faults, marks, ttl)
+	assert.Equal(t, []trials{
+		{Kind: "outage", Faults: 2, Overlapped: 1},
+		{Kind: "pause", Faults: 1, Stale: 1},
+	}, got)
+}

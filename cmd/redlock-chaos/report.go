@@ -39,6 +39,13 @@ func (r *result) write(w io.Writer, cfg config) error {
 		fmt.Fprintf(&b, " (history: %s)", r.HistoryFile)
 	}
 	b.WriteString("\n")
+	if len(r.Trials) > 0 {
+		b.WriteString("\nper kind of fault (a violation counts for every fault whose window, to 2 TTLs after its end, holds it):\n")
+		fmt.Fprintf(&b, "  %-11s %7s %24s %22s\n", "fault", "trials", "then overlapping leases", "then stale accepted")
+		for _, t := range r.Trials {
+			fmt.Fprintf(&b, "  %-11s %7d %24d %22d\n", t.Kind, t.Faults, t.Overlapped, t.Stale)
+		}
+	}
 	if len(r.Errors) > 0 {
 		b.WriteString("\nerrors:\n")
 		for _, k := range slices.Sorted(maps.Keys(r.Errors)) {

@@ -212,22 +212,8 @@ func (s *Server) wait(limit time.Duration) bool {
 func waitReady(ctx context.Context, addr string, exited <-chan struct{}) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
 	defer c.Close()
-	deadline := time.After(20 * time.Second)
-	for {
-		// A server loading its data answers LOADING to PING.
-		if c.Ping(ctx).Err() == nil {
-			return nil
-		}
-		select {
-		case <-exited:
-			return errors.New("exited at start")
-		case <-deadline:
-			return errors.New("not answering after 20s")
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	// A server loading its data answers LOADING to PING.
+	return poll(ctx, 20*time.Second, 10*time.Millisecond, exited, func() bool { return c.Ping(ctx).Err() == nil })
 }
 
 // WaitInSync waits until the replica at addr reports its link to its
@@ -235,19 +221,28 @@ func waitReady(ctx context.Context, addr string, exited <-chan struct{}) error {
 func WaitInSync(ctx context.Context, addr string) error {
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
-	deadline := time.After(20 * time.Second)
-	for {
-		if info, err := c.Info(ctx, "replication").Result(); err == nil && strings.Contains(info, "master_link_status:up") {
-			return nil
-		}
+	return poll(ctx, 20*time.Second, 20*time.Millisecond, nil, func() bool {
+		info, err := c.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	})
+}
+
+// poll calls cond every interval until it holds; it gives up when limit has
+// passed, exited closes (a nil channel never does), or ctx ends.
+func poll(ctx context.Context, limit, interval time.Duration, exited <-chan struct{}, cond func() bool) error {
+	deadline := time.After(limit)
+	for !cond() {
 		select {
+		case <-exited:
+			return errors.New("exited at start")
 		case <-deadline:
-			return errors.New("not in sync after 20s")
+			return fmt.Errorf("not ready after %v", limit)
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(interval):
 		}
 	}
+	return nil
 }
 
 // Version is what the server at addr says it runs: "redis 8.0.2",
