@@ -26,6 +26,7 @@ import (
 	"math"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -35,6 +36,15 @@ import (
 // ErrStaleToken means the resource has already accepted a higher token: the
 // writer's lease was superseded, and the write was not applied.
 var ErrStaleToken = errors.New("fence: stale fencing token")
+
+// ErrNoToken is the error for token 0, which no acquisition issues: it is
+// what redlock.Lease.Token returns without redlock.Options.Fencing. Every
+// holder would carry the same token, and equal tokens are accepted, so the
+// guard would guard nothing.
+var ErrNoToken = errors.New("fence: token 0: the lease has no fencing token (set redlock.Options.Fencing)")
+
+// tokenRecordSuffix ends the name of every key that keeps a token record.
+const tokenRecordSuffix = ":fence-token"
 
 var (
 	//go:embed set.lua
@@ -56,8 +66,11 @@ func NewRedis(client redis.Scripter) *Redis { return &Redis{client: client} }
 
 // Set stores value at key if token is at least the highest token accepted
 // for key, atomically with recording token; otherwise it returns
-// ErrStaleToken and changes nothing.
+// ErrStaleToken and changes nothing. Token 0 is refused (ErrNoToken).
 func (g *Redis) Set(ctx context.Context, key string, value any, token uint64) error {
+	if token == 0 {
+		return ErrNoToken
+	}
 	tk, err := tokenKey(key)
 	if err != nil {
 		return err
@@ -78,8 +91,12 @@ func (g *Redis) Set(ctx context.Context, key string, value any, token uint64) er
 // token, and is accepted). Get records token as accepted for key, so that
 // every holder older than this reader is refused from then on, by Set and by
 // Get; it returns ErrStaleToken, and reads nothing, if a higher token was
-// accepted already. ok is false when key has no value.
+// accepted already. ok is false when key has no value. Token 0 is refused
+// (ErrNoToken).
 func (g *Redis) Get(ctx context.Context, key string, token uint64) (value string, ok bool, err error) {
+	if token == 0 {
+		return "", false, ErrNoToken
+	}
 	tk, err := tokenKey(key)
 	if err != nil {
 		return "", false, err
@@ -117,11 +134,19 @@ func (g *Redis) Token(ctx context.Context, key string) (uint64, error) {
 	return strconv.ParseUint(s, 10, 64)
 }
 
+// tokenKey names the record of key's tokens, in key's hash slot. Keys whose
+// names end like a record's are refused: a write to one would replace
+// another key's record. Note that "a" and "{a}" share one record (both are
+// in slot a and name it "{a}:fence-token"): a token accepted for one is
+// accepted for both, which is stricter than needed, never looser.
 func tokenKey(key string) (string, error) {
 	if key == "" {
 		return "", errors.New("fence: empty key")
 	}
-	k, err := hashtag.Beside(key, ":fence-token")
+	if strings.HasSuffix(key, tokenRecordSuffix) {
+		return "", fmt.Errorf("fence: %q is named like a token record (%s): not a key the guard can write", key, tokenRecordSuffix)
+	}
+	k, err := hashtag.Beside(key, tokenRecordSuffix)
 	if err != nil {
 		return "", fmt.Errorf("fence: %w", err)
 	}
@@ -155,8 +180,8 @@ var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0
 //
 // where set is an assignment list with its own placeholders and args their
 // values (args is not modified). It returns nil if the row was written,
-// ErrStaleToken if the row holds a higher token, and sql.ErrNoRows if no row
-// has that id.
+// ErrStaleToken if the row holds a higher token, sql.ErrNoRows if no row
+// has that id, and ErrNoToken for token 0.
 //
 // MySQL reports the rows an UPDATE changed, not those it matched (unless
 // the connection sets CLIENT_FOUND_ROWS), so a write that repeats the row's
@@ -169,6 +194,9 @@ func (s SQL) Update(ctx context.Context, db Execer, id any, token uint64, set st
 		if !identifier.MatchString(name) {
 			return fmt.Errorf("fence: %q is not a plain SQL identifier", name)
 		}
+	}
+	if token == 0 {
+		return ErrNoToken
 	}
 	if token > math.MaxInt64 {
 		return fmt.Errorf("fence: token %d does not fit a signed 64-bit column", token)

@@ -247,3 +247,54 @@ func TestPausedHolderIsFencedOff(t *testing.T) {
 	require.NoError(t, leaseB.Unlock(ctx))
 	require.NoError(t, errors.Join(a.Drain(ctx), b.Drain(context.Background())))
 }
+
+// Token 0 is what a lease without fencing carries: every holder's, so the
+// guard would accept both holders' writes. It is refused, everywhere.
+func TestGuardsRefuseTokenZero(t *testing.T) {
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { c.Close() })
+	g := fence.NewRedis(c)
+	ctx := t.Context()
+	require.ErrorIs(t, g.Set(ctx, "k", "v", 0), fence.ErrNoToken)
+	_, _, err := g.Get(ctx, "k", 0)
+	require.ErrorIs(t, err, fence.ErrNoToken)
+	assert.False(t, m.Exists("k"))
+	db := openSQLite(t)
+	accounts := fence.SQL{Table: "accounts", IDColumn: "id", TokenColumn: "fencing_token"}
+	require.ErrorIs(t, accounts.Update(ctx, db, "alice", 0, "balance = ?", 1), fence.ErrNoToken)
+}
+
+// A key named like a token record would replace another key's record: an
+// older holder of "a" would then write after a newer holder's read.
+func TestRedisGuardRefusesTokenRecordNames(t *testing.T) {
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { c.Close() })
+	g := fence.NewRedis(c)
+	ctx := t.Context()
+	_, _, err := g.Get(ctx, "a", 9)
+	require.NoError(t, err)
+	require.ErrorContains(t, g.Set(ctx, "{a}:fence-token", "0", 1), "token record")
+	_, _, err = g.Get(ctx, "{a}:fence-token", 1)
+	require.ErrorContains(t, err, "token record")
+	require.ErrorIs(t, g.Set(ctx, "a", "stale", 1), fence.ErrStaleToken, "holder 1 is older than holder 9, who read a")
+	require.NoError(t, g.Set(ctx, "{b}:fence-tokens", "x", 1), "only the exact suffix is reserved")
+}
+
+// A read that fails (the key holds another type) records nothing.
+func TestRedisGuardFailedGetRecordsNothing(t *testing.T) {
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { c.Close() })
+	g := fence.NewRedis(c)
+	ctx := t.Context()
+	_, err := m.Lpush("list", "x")
+	require.NoError(t, err)
+	_, _, err = g.Get(ctx, "list", 7)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, fence.ErrStaleToken)
+	tok, err := g.Token(ctx, "list")
+	require.NoError(t, err)
+	assert.Zero(t, tok)
+}

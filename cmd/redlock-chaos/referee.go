@@ -20,9 +20,8 @@ type counts struct {
 	LateWrites   int `json:"late_writes"`
 	LateAccepted int `json:"late_accepted"`
 	// StaleAccepted are accesses the resource took after it had taken an
-	// access from a newer lease of the same key (one whose acquisition
-	// began after this one's ended), in real-time order: what fencing
-	// exists to refuse.
+	// access from a newer lease of the same key (see newer), in real-time
+	// order: what fencing exists to refuse.
 	StaleAccepted int `json:"stale_accepted"`
 	// Rejected are writes refused as stale (fencing at work).
 	Rejected int `json:"rejected"`
@@ -110,7 +109,7 @@ func referee(cfg config, h *history) counts {
 			lx := h.leases[x.Lease]
 			for _, y := range accs {
 				ly := h.leases[y.Lease]
-				if y.Accepted && y.Return < x.Call && ly.Call > lx.Acquired && y.Lease != x.Lease {
+				if y.Accepted && y.Return < x.Call && newer(ly, lx, cfg.ttl) && y.Lease != x.Lease {
 					c.StaleAccepted++
 					c.Marks = append(c.Marks, mark{Kind: "stale", Client: lx.Client, At: int64(x.Call), Until: int64(x.Return)})
 					break
@@ -119,6 +118,17 @@ func referee(cfg config, h *history) counts {
 		}
 	}
 	return c
+}
+
+// newer reports whether lease y's winning attempt began after lease x was
+// acquired, so that y's token is the higher (the token order): when y's
+// Lock call began after that, or when y's validity, which ends at most a
+// TTL after its winning attempt began, ends more than a TTL after x was
+// acquired. The second catches a client that was already waiting in Lock,
+// retrying, when x was granted, the usual case under contention. (A TTL
+// of 0, in tests, leaves only the first.)
+func newer(y, x leaseRecord, ttl time.Duration) bool {
+	return y.Call > x.Acquired || ttl > 0 && y.Until-ttl > x.Acquired
 }
 
 // lostIncrements compares the accepted increments with the final counters.

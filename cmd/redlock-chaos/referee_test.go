@@ -141,3 +141,31 @@ func TestAttribute(t *testing.T) {
 		{Kind: "pause", Faults: 1, Stale: 1},
 	}, got)
 }
+
+// The Kleppmann scenario where the newer holder was already waiting in Lock
+// when the paused one acquired: its winning attempt began after, which its
+// validity shows (it ends at most a TTL after the attempt began).
+func TestRefereeSeesAStaleWriteAfterAWaitingClient(t *testing.T) {
+	for _, call := range []time.Duration{120 * ms, 5 * ms} {
+		t.Run(call.String(), func(t *testing.T) {
+			h := &history{}
+			section(h, 0, 10*ms, 110*ms, 20*ms, 300*ms, 0, true) // paused from 21ms to 300ms
+			section(h, 1, 150*ms, 250*ms, 160*ms, 170*ms, 0, true)
+			h.leases[1].Call = call // 5ms: waiting in Lock since before client 0 acquired
+			c := referee(config{keys: 1, ttl: 100 * ms}, h)
+			c.lostIncrements(h, []int64{1})
+			assert.Equal(t, 1, c.LostIncrements)
+			assert.Equal(t, 1, c.StaleAccepted, "client 0's write after client 1's accesses")
+			got := attribute([]fault{{Kind: "pause", Client: 0, Began: 21 * ms, Ended: 300 * ms}}, c.Marks, 100*ms)
+			assert.Equal(t, []trials{{Kind: "pause", Faults: 1, Stale: 1}}, got)
+		})
+	}
+	// The control: a lease whose attempt may have begun before client 0
+	// acquired (its validity ends within a TTL of that) is not newer.
+	h := &history{}
+	section(h, 0, 10*ms, 110*ms, 20*ms, 300*ms, 0, true)
+	section(h, 1, 50*ms, 100*ms, 60*ms, 70*ms, 0, true)
+	h.leases[1].Call = 5 * ms
+	c := referee(config{keys: 1, ttl: 100 * ms}, h)
+	assert.Zero(t, c.StaleAccepted)
+}
