@@ -22,8 +22,10 @@ import (
 // The schedule: a fault every 1.5 s on average over 30 s; the seed was
 // chosen for a schedule with every kind of fault, among them several pauses
 // past the lease (fencing's control) and several outages of a majority
-// (the node guard's control).
-var shortRun = []string{"-seed", "20261401", "-duration", "30s", "-fault-every", "1500ms", "-clients", "6", "-keys", "2"}
+// (the node guard's control). The hold (0.4 TTL) leaves a holder inside
+// its lease long enough for the crashed majority to come back and grant
+// the key again, which the guard's control needs.
+var shortRun = []string{"-seed", "20261401", "-duration", "30s", "-fault-every", "1500ms", "-clients", "6", "-keys", "2", "-hold", "400ms"}
 
 func TestShortChaosRuns(t *testing.T) {
 	server := os.Getenv("REDLOCK_CHAOS_SERVER")
