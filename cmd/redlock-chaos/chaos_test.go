@@ -21,11 +21,11 @@ import (
 //
 // The schedule: a fault every 1.5 s on average over 30 s; the seed was
 // chosen for a schedule with every kind of fault, among them several pauses
-// past the lease (fencing's control) and several outages of a majority
-// (the node guard's control). The hold (0.4 TTL) leaves a holder inside
+// past the lease (fencing's control) and several memory losses of a
+// majority, crashes and flushes (the node guard's control). The hold (0.4 TTL) leaves a holder inside
 // its lease long enough for the crashed majority to come back and grant
 // the key again, which the guard's control needs.
-var shortRun = []string{"-seed", "20261401", "-duration", "30s", "-fault-every", "1500ms", "-clients", "6", "-keys", "2", "-hold", "400ms"}
+var shortRun = []string{"-seed", "20262310", "-duration", "30s", "-fault-every", "1500ms", "-clients", "6", "-keys", "2", "-hold", "400ms"}
 
 func TestShortChaosRuns(t *testing.T) {
 	server := os.Getenv("REDLOCK_CHAOS_SERVER")
@@ -44,8 +44,9 @@ func TestShortChaosRuns(t *testing.T) {
 	for _, k := range faultKinds {
 		require.Positive(t, kinds[k], "the seed's schedule has a %s", k)
 	}
-	require.GreaterOrEqual(t, kinds["pause"], 2, "the seed's schedule pauses clients")
-	require.GreaterOrEqual(t, kinds["outage"], 2, "the seed's schedule crashes a majority")
+	require.GreaterOrEqual(t, kinds["pause"], 3, "the seed's schedule pauses clients")
+	require.GreaterOrEqual(t, kinds["outage"], 3, "the seed's schedule crashes a majority")
+	require.GreaterOrEqual(t, kinds["amnesia"], 3, "the seed's schedule flushes a majority")
 
 	for _, conf := range []string{"unsafe", "safe"} {
 		t.Run(conf, func(t *testing.T) {

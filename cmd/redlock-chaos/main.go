@@ -37,6 +37,7 @@
 //	kill        SIGKILL, and a restart with no data (no persistence)
 //	outage      a majority of the nodes killed at once and restarted with
 //	            no data within a fraction of the TTL (a zone's power cut)
+//	amnesia     FLUSHALL on a majority at once (the outage without downtime)
 //	snapshot    SAVE, then later SIGKILL and a restart from that old snapshot
 //	partition   the node's proxy drops every connection and refuses new ones
 //	blackhole   the node's proxy swallows everything (a silent partition)

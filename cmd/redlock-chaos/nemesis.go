@@ -46,7 +46,7 @@ func (f fault) String() string {
 }
 
 // instant faults have no length.
-func instant(kind string) bool { return kind == "scriptflush" || kind == "flush" }
+func instant(kind string) bool { return kind == "scriptflush" || kind == "flush" || kind == "amnesia" }
 
 // plan draws the fault schedule from the seed alone: the same seed and flags
 // give the same schedule.
@@ -68,6 +68,12 @@ func plan(cfg config) []fault {
 			// Longer than any lease's validity: the paused holder writes
 			// after its lease ended, and another may have taken it.
 			f.Client, f.For = rng.IntN(cfg.clients), cfg.ttl*3/2
+		case f.Kind == "amnesia":
+			// A majority loses every key at once, with no downtime: the
+			// outage without its restart time, so that a holder is
+			// surely still inside its lease.
+			f.Nodes = rng.Perm(cfg.nodes)[:cfg.nodes/2+1]
+			slices.Sort(f.Nodes)
 		case f.Kind == "outage":
 			// A majority crashes and is restarted at once by a supervisor,
 			// with no persistence: back within tens of milliseconds, well inside a
@@ -135,8 +141,11 @@ func (n *nemesis) carryOut(ctx context.Context, f *fault) error {
 		}
 		return nil
 	}
-	if f.Kind == "outage" {
+	switch f.Kind {
+	case "outage":
 		return n.outage(ctx, f)
+	case "amnesia":
+		return n.amnesia(ctx, f)
 	}
 	n.nodeMu[f.Node].Lock()
 	defer n.nodeMu[f.Node].Unlock()
@@ -228,6 +237,21 @@ func (n *nemesis) outage(ctx context.Context, f *fault) error {
 		wg.Go(func() { errs[j] = n.d.servers[i].Restart(context.WithoutCancel(ctx)) })
 	}
 	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// amnesia flushes several nodes at once.
+func (n *nemesis) amnesia(ctx context.Context, f *fault) error {
+	for _, i := range f.Nodes { // ascending: no two faults wait on each other
+		n.nodeMu[i].Lock()
+		defer n.nodeMu[i].Unlock()
+	}
+	f.Began = n.since()
+	defer func() { f.Ended = n.since() }()
+	var errs []error
+	for _, i := range f.Nodes {
+		errs = append(errs, n.d.admins[i].FlushAll(ctx).Err())
+	}
 	return errors.Join(errs...)
 }
 

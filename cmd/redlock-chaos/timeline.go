@@ -21,7 +21,7 @@ const (
 var keyColours = []string{"#4e79a7", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#9c755f"}
 
 var faultColours = map[string]string{
-	"freeze": "#bab0ac", "kill": "#e15759", "outage": "#8b0000", "snapshot": "#f28e2b", "partition": "#79706e",
+	"freeze": "#bab0ac", "kill": "#e15759", "outage": "#8b0000", "amnesia": "#d37295", "snapshot": "#f28e2b", "partition": "#79706e",
 	"blackhole": "#555555", "latency": "#edc948", "scriptflush": "#b07aa1", "flush": "#ff9da7",
 	"evict": "#9c755f", "pause": "#bab0ac",
 }
