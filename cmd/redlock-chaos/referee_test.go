@@ -1,6 +1,9 @@
 package main
 
 import (
+	"html"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -168,4 +171,19 @@ func TestRefereeSeesAStaleWriteAfterAWaitingClient(t *testing.T) {
 	h.leases[1].Call = 5 * ms
 	c := referee(config{keys: 1, ttl: 100 * ms}, h)
 	assert.Zero(t, c.StaleAccepted)
+}
+
+// A majority's fault is drawn on each of its nodes' rows, not on a client's.
+func TestTimelineDrawsAMajorityFaultOnItsNodes(t *testing.T) {
+	r := &result{Duration: time.Second, Faults: []fault{
+		{Kind: "outage", Node: -1, Client: -1, Nodes: []int{0, 2, 3}, Began: 100 * ms, Ended: 200 * ms},
+		{Kind: "pause", Node: -1, Client: 1, Began: 300 * ms, Ended: 400 * ms},
+	}}
+	path := t.TempDir() + "/t.svg"
+	require.NoError(t, writeTimeline(path, r))
+	svg, err := os.ReadFile(path)
+	require.NoError(t, err)
+	title := html.EscapeString(r.Faults[0].String())
+	assert.Equal(t, 3, strings.Count(string(svg), "<title>"+title+"</title>"), "one box per node")
+	assert.Equal(t, 1, strings.Count(string(svg), "<title>"+html.EscapeString(r.Faults[1].String())+"</title>"))
 }

@@ -83,7 +83,7 @@ func writeTimeline(path string, r *result) error {
 		}
 		end := max(f.Ended, f.Began+span/500) // an instant fault stays visible
 		title := html.EscapeString(f.String())
-		if f.Node < 0 {
+		if f.Client >= 0 {
 			fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" opacity="0.5"><title>%s</title></rect>`+"\n",
 				x(f.Began), clientY(f.Client), x(end)-x(f.Began), tlClientH, faultColours[f.Kind], title)
 			continue
