@@ -103,10 +103,7 @@ func TestRedisGuardedReadModifyWrite(t *testing.T) {
 }
 
 func TestRedisGuardGet(t *testing.T) {
-	m := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { c.Close() })
-	g := fence.NewRedis(c)
+	_, g := newRedisGuard(t)
 	ctx := t.Context()
 	_, ok, err := g.Get(ctx, "missing", 3)
 	require.NoError(t, err)
@@ -251,10 +248,7 @@ func TestPausedHolderIsFencedOff(t *testing.T) {
 // Token 0 is what a lease without fencing carries: every holder's, so the
 // guard would accept both holders' writes. It is refused, everywhere.
 func TestGuardsRefuseTokenZero(t *testing.T) {
-	m := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { c.Close() })
-	g := fence.NewRedis(c)
+	m, g := newRedisGuard(t)
 	ctx := t.Context()
 	require.ErrorIs(t, g.Set(ctx, "k", "v", 0), fence.ErrNoToken)
 	_, _, err := g.Get(ctx, "k", 0)
@@ -268,10 +262,7 @@ func TestGuardsRefuseTokenZero(t *testing.T) {
 // A key named like a token record would replace another key's record: an
 // older holder of "a" would then write after a newer holder's read.
 func TestRedisGuardRefusesTokenRecordNames(t *testing.T) {
-	m := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { c.Close() })
-	g := fence.NewRedis(c)
+	_, g := newRedisGuard(t)
 	ctx := t.Context()
 	_, _, err := g.Get(ctx, "a", 9)
 	require.NoError(t, err)
@@ -284,10 +275,7 @@ func TestRedisGuardRefusesTokenRecordNames(t *testing.T) {
 
 // A read that fails (the key holds another type) records nothing.
 func TestRedisGuardFailedGetRecordsNothing(t *testing.T) {
-	m := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { c.Close() })
-	g := fence.NewRedis(c)
+	m, g := newRedisGuard(t)
 	ctx := t.Context()
 	_, err := m.Lpush("list", "x")
 	require.NoError(t, err)
@@ -297,4 +285,13 @@ func TestRedisGuardFailedGetRecordsNothing(t *testing.T) {
 	tok, err := g.Token(ctx, "list")
 	require.NoError(t, err)
 	assert.Zero(t, tok)
+}
+
+// newRedisGuard returns an in-process Redis and a guard writing to it.
+func newRedisGuard(t *testing.T) (*miniredis.Miniredis, *fence.Redis) {
+	t.Helper()
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { c.Close() })
+	return m, fence.NewRedis(c)
 }

@@ -218,12 +218,7 @@ func (n *nemesis) carryOut(ctx context.Context, f *fault) error {
 
 // outage crashes several nodes at once and restarts them with no data.
 func (n *nemesis) outage(ctx context.Context, f *fault) error {
-	for _, i := range f.Nodes { // ascending: no two faults wait on each other
-		n.nodeMu[i].Lock()
-		defer n.nodeMu[i].Unlock()
-	}
-	f.Began = n.since()
-	defer func() { f.Ended = n.since() }()
+	defer n.holdNodes(f)()
 	for _, i := range f.Nodes {
 		n.d.servers[i].Kill()
 		if err := n.d.servers[i].RemoveData(); err != nil {
@@ -240,14 +235,25 @@ func (n *nemesis) outage(ctx context.Context, f *fault) error {
 	return errors.Join(errs...)
 }
 
-// amnesia flushes several nodes at once.
-func (n *nemesis) amnesia(ctx context.Context, f *fault) error {
-	for _, i := range f.Nodes { // ascending: no two faults wait on each other
+// holdNodes takes the fault locks of a majority fault's nodes, in
+// ascending order so that no two faults wait on each other, and dates the
+// fault's start; the func it returns dates its end and lets the nodes go.
+func (n *nemesis) holdNodes(f *fault) (release func()) {
+	for _, i := range f.Nodes {
 		n.nodeMu[i].Lock()
-		defer n.nodeMu[i].Unlock()
 	}
 	f.Began = n.since()
-	defer func() { f.Ended = n.since() }()
+	return func() {
+		f.Ended = n.since()
+		for _, i := range f.Nodes {
+			n.nodeMu[i].Unlock()
+		}
+	}
+}
+
+// amnesia flushes several nodes at once.
+func (n *nemesis) amnesia(ctx context.Context, f *fault) error {
+	defer n.holdNodes(f)()
 	var errs []error
 	for _, i := range f.Nodes {
 		errs = append(errs, n.d.admins[i].FlushAll(ctx).Err())
