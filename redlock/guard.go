@@ -699,9 +699,7 @@ func (l *Locker) TrustNodes(ctx context.Context) error {
 // standalone node is examined again at once, a cluster node's slots on
 // their next use.
 func (g *guard) forget(ctx context.Context, ex redis.Scripter) error {
-	g.mu.Lock()
-	clear(g.memory)
-	g.mu.Unlock()
+	g.drop()
 	if g.cluster {
 		return nil
 	}
@@ -715,7 +713,11 @@ func (g *guard) forget(ctx context.Context, ex redis.Scripter) error {
 // (a resync can bring the very marker back, expiry and all). Should it be
 // promoted again, the next batch examines it, and finds that it read from a
 // primary since.
-func (g *guard) demoted() {
+func (g *guard) demoted() { g.drop() }
+
+// drop forgets every examined state: the map and its lock-free copy of the
+// standalone marker's state together, so that the two never disagree.
+func (g *guard) drop() {
 	g.mu.Lock()
 	clear(g.memory)
 	g.standalone.Store(nil)

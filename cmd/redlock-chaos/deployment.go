@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os/exec"
 
@@ -81,6 +80,3 @@ func (d *deployment) close() {
 		d.resource.Close()
 	}
 }
-
-// errNodeDown is what a fault's action reports for a node it could not reach.
-var errNodeDown = errors.New("node not answering")

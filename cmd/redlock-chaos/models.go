@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 )
 
 // runModels runs each kind of fault alone, unsafe then safe, and prints the
@@ -50,7 +51,7 @@ func runModels(ctx context.Context, cfg config, stdout, stderr io.Writer) error 
 				}
 			}
 			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d | %d | %d | %d | %s | %v |\n", r.kind, res.Config, res.Seed, t.Faults,
-				t.Overlapped, t.Stale, res.Counts.Leases, res.Counts.LostIncrements, res.Counts.KeysLeft, res.Linearizable, res.Counts.LongestWait.Round(1e6))
+				t.Overlapped, t.Stale, res.Counts.Leases, res.Counts.LostIncrements, res.Counts.KeysLeft, res.Linearizable, res.Counts.LongestWait.Round(time.Millisecond))
 		}
 	}
 	if _, err := io.WriteString(stdout, b.String()); err != nil {
