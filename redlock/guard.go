@@ -272,12 +272,11 @@ func (g *guard) companions(ctx context.Context, marker string) companions {
 		g.mu.Unlock()
 	}
 	c.proof = state.proof
-	// A history that every grant reaches every replica in stays so only
-	// while the node's replicas are watched (see failover.go).
-	if g.waitReplicas > 0 && state.history.covered() {
+	watch, evicts := g.needs(state)
+	if watch {
 		c.replication = redis.NewStringCmd(ctx, replicationInfoArgs...)
 	}
-	if state.evicts {
+	if evicts {
 		c.evictions = redis.NewStringCmd(ctx, statsInfoArgs...)
 	}
 	if c.proof != nil {
@@ -300,6 +299,20 @@ func (g *guard) companions(ctx context.Context, marker string) companions {
 		c.time = redis.NewTimeCmd(ctx, timeArgs...)
 	}
 	return c
+}
+
+// lacks reports whether c is without a companion that watch or evicts
+// (from needs) asks for.
+func (c *companions) lacks(watch, evicts bool) bool {
+	return watch && c.replication == nil || evicts && c.evictions == nil
+}
+
+// needs says which optional companions a batch judged by state must carry:
+// the replication companion, where every grant reaches every replica and
+// stays so only while the node's replicas are watched (see failover.go),
+// and the eviction companion, where the node may evict (see eviction.go).
+func (g *guard) needs(state memoryState) (watch, evicts bool) {
+	return g.waitReplicas > 0 && state.history.covered(), state.evicts
 }
 
 // appendTo appends the companions to cmds, in the order they are sent.
@@ -372,6 +385,11 @@ func (g *guard) judge(ctx context.Context, ex redis.Scripter, c companions, sent
 		known = false // another process, or a flushed script cache
 	case state.proof != c.proof:
 		known = false // examined again since the companions left
+	case c.lacks(g.needs(state)):
+		// Built from an older state of the same process (later
+		// examinations reuse its proof), the companions lack one that
+		// the state examined since needs: look again.
+		known = false
 	}
 	if c.replication != nil {
 		changed, err := state.history.changedIn(c.replication)
