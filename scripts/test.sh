@@ -23,8 +23,9 @@ if [ -n "$unformatted" ]; then
 	echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 # The nested modules keep heavy dependencies out of the library's graph:
-# test/integration (Docker), cmd/redlock-chaos (porcupine).
-modules="test/integration cmd/redlock-chaos"
+# cmd/redlock-bench (etcd, redsync), test/integration (Docker),
+# cmd/redlock-chaos (porcupine). go.work ties them together.
+modules="cmd/redlock-bench test/integration cmd/redlock-chaos"
 stage "go mod tidy: nothing to change in any module"
 go mod tidy -diff
 for m in $modules; do (cd "$m" && go mod tidy -diff); done
@@ -42,6 +43,8 @@ go test -race -count=1 ./...
 # The coordinator has two transports: the auto-pipeline it gives *redis.Client
 # nodes by default, and a goroutine and pooled connection per call
 # (Options.NoAutoPipeline, and any other Node type). Test both.
+stage "the benchmark CLI: go test -race ./cmd/redlock-bench/ (its own module; etcd members as child processes)"
+(cd cmd/redlock-bench && go test -race -count=1 ./...)
 stage "the coordinator again over its direct transport: REDLOCK_TEST_TRANSPORT=direct go test -race ./redlock/"
 REDLOCK_TEST_TRANSPORT=direct go test -race -count=1 ./redlock/
 stage "fencing schedules, full set without the race detector's slowdown"

@@ -21,6 +21,11 @@ type result struct {
 	Errors     int64         `json:"errors"`
 	FirstError string        `json:"first_error,omitempty"`
 	Allocs     float64       `json:"allocs_per_cycle"`
+	Faults     []string      `json:"faults,omitempty"` // what -fault did, where the implementation reports it
+	// LongestGap is the longest time in the run with no lock granted to
+	// any client (from the start to the first grant, between grants, from
+	// the last grant to the end): what a fault costs in availability.
+	LongestGap time.Duration `json:"longest_gap_ns"`
 
 	acquire, release, cycle *hist
 	mallocs                 uint64 // allocations during the run
@@ -40,6 +45,8 @@ func (r *result) merge(o *result) {
 	r.release.merge(o.release)
 	r.cycle.merge(o.cycle)
 	r.mallocs += o.mallocs
+	r.LongestGap = max(r.LongestGap, o.LongestGap)
+	r.Faults = append(r.Faults, o.Faults...)
 	if r.Cycles > 0 {
 		r.Allocs = float64(r.mallocs) / float64(r.Cycles)
 	}
@@ -70,6 +77,16 @@ func bench(ctx context.Context, im *impl, cfg config, progress io.Writer) *resul
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var before, after runtimeStats
+	var lastGrant, longestGap atomic.Int64 // since start
+	granted := func(at time.Duration) {
+		gap := int64(at) - lastGrant.Swap(int64(at))
+		for {
+			old := longestGap.Load()
+			if gap <= old || longestGap.CompareAndSwap(old, gap) {
+				return
+			}
+		}
+	}
 	before.read()
 	start := time.Now()
 	stopProgress := showProgress(progress, im.name, start, &done)
@@ -89,6 +106,7 @@ func bench(ctx context.Context, im *impl, cfg config, progress io.Writer) *resul
 				}
 				switch o {
 				case acquired:
+					granted(time.Since(start) - r - cfg.hold) // when the lock was granted
 					got++
 					acq.record(a)
 					rel.record(r)
@@ -118,6 +136,8 @@ func bench(ctx context.Context, im *impl, cfg config, progress io.Writer) *resul
 	}
 	wg.Wait()
 	res.Elapsed = time.Since(start)
+	granted(res.Elapsed)
+	res.LongestGap = time.Duration(longestGap.Load())
 	stopProgress()
 	after.read()
 	res.Cycles = res.Acquired + res.Contended + res.Errors

@@ -44,22 +44,38 @@ type config struct {
 	waitAOF      bool            // -wait-aof: Options.WaitAOF
 	replicate    bool            // set for redlock-wait: apply waitReps and waitAOF
 	noQuarantine bool            // set for redlock-unguarded: Options.NoQuarantine
+	etcdMembers  int             // -etcd: members of the cluster -impl etcd starts
+	etcdTimeout  time.Duration   // -etcd-timeout: the bound on each etcd attempt
 }
 
 // fault is one scheduled fault: freeze node k at `at` for `for` (0: to the
-// end), or stop it.
+// end), or stop it. For -impl etcd the target may be a role instead, the
+// member that is the leader (or a follower) when the fault begins.
 type fault struct {
 	kind string // "freeze" or "stop"
-	node int
+	node int    // -1 when role is set
+	role string // "leader", "follower" or ""
 	at   time.Duration
 	dur  time.Duration
+}
+
+func (f fault) String() string {
+	target := f.role
+	if target == "" {
+		target = strconv.Itoa(f.node)
+	}
+	s := fmt.Sprintf("%s:%s@%v", f.kind, target, f.at)
+	if f.dur > 0 {
+		s += "+" + f.dur.String()
+	}
+	return s
 }
 
 // allImpls is what -impl all runs; knownImpls adds the library's other
 // transport, for comparing the two.
 var (
 	allImpls   = []string{"redlock", "raw", "redsync", "redsync-failfast"}
-	knownImpls = append([]string{"redlock-direct", "redlock-wait", "redlock-unguarded"}, allImpls...)
+	knownImpls = append([]string{"redlock-direct", "redlock-wait", "redlock-unguarded", "etcd"}, allImpls...)
 )
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -92,8 +108,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.mode, "mode", "trylock", "trylock (one attempt per cycle), lock (wait for the lock) or do (Locker.Do)")
 	fs.DurationVar(&c.nodeTimeout, "node-timeout", 0, "redlock's per-node timeout (0: the library default, 50ms)")
 	fs.StringVar(&latency, "node-latency", "", "comma-separated one-way `delays`, one per node, through a delay proxy (e.g. 1ms,2ms,3ms,4ms,50ms)")
-	fs.StringVar(&faults, "fault", "", "faults to inject: `freeze:K@T[+D]` or stop:K@T, comma-separated (node K, at T, for D)")
-	fs.StringVar(&impl, "impl", "all", "implementations: redlock, redlock-direct, redlock-wait, redlock-unguarded, raw, redsync, redsync-failfast, or all (comma-separated)")
+	fs.StringVar(&faults, "fault", "", "faults to inject: `freeze:K@T[+D]` or stop:K@T, comma-separated (node K, at T, for D; with -impl etcd alone K may be leader or follower)")
+	fs.StringVar(&impl, "impl", "all", "implementations: redlock, redlock-direct, redlock-wait, redlock-unguarded, raw, redsync, redsync-failfast, etcd, or all (comma-separated; all is the first four)")
+	fs.IntVar(&c.etcdMembers, "etcd", 3, "-impl etcd: start an etcd cluster of `N` members (child processes on loopback)")
+	fs.DurationVar(&c.etcdTimeout, "etcd-timeout", time.Second, "-impl etcd: the deadline of each attempt, release and session grant")
 	fs.BoolVar(&c.jsonOut, "json", false, "print results as JSON")
 	fs.StringVar(&c.plot, "plot", "", "write a latency CDF per implementation to this SVG `file`")
 	fs.BoolVar(&c.quiet, "q", false, "no progress line")
@@ -186,9 +204,27 @@ func (c *config) validate() error {
 	if len(c.latency) > 0 && len(c.latency) != n {
 		return fmt.Errorf("-node-latency: %d delays for %d nodes", len(c.latency), n)
 	}
+	etcd, onlyEtcd := false, true
+	for _, im := range c.impls {
+		etcd = etcd || im == "etcd"
+		onlyEtcd = onlyEtcd && im == "etcd"
+	}
+	switch {
+	case etcd && (c.etcdMembers < 1 || c.etcdMembers > 9):
+		return fmt.Errorf("-etcd %d: need 1 to 9 members", c.etcdMembers)
+	case etcd && c.etcdTimeout <= 0:
+		return fmt.Errorf("-etcd-timeout %v: must be positive", c.etcdTimeout)
+	case etcd && c.mode == "do":
+		return errors.New("-mode do: Locker.Do is this library's; -impl etcd runs trylock or lock")
+	}
 	for _, f := range c.faults {
-		if f.node >= n {
+		switch {
+		case f.role != "" && !onlyEtcd:
+			return fmt.Errorf("-fault %s: a member's role is etcd's; run -impl etcd alone, or name a node", f)
+		case f.role == "" && !onlyEtcd && f.node >= n:
 			return fmt.Errorf("-fault %s:%d: there are only %d nodes (numbered from 0)", f.kind, f.node, n)
+		case f.role == "" && etcd && f.node >= c.etcdMembers:
+			return fmt.Errorf("-fault %s:%d: there are only %d etcd members (numbered from 0)", f.kind, f.node, c.etcdMembers)
 		}
 	}
 	return nil
@@ -227,12 +263,18 @@ func parseFaults(s string) ([]fault, error) {
 		if !ok {
 			return nil, fmt.Errorf("%q: missing @T", part)
 		}
-		k, err := strconv.Atoi(node)
-		if err != nil || k < 0 {
-			return nil, fmt.Errorf("%q: node %q is not a node number", part, node)
+		f := fault{kind: kind, node: -1}
+		if node == "leader" || node == "follower" {
+			f.role = node
+		} else {
+			k, err := strconv.Atoi(node)
+			if err != nil || k < 0 {
+				return nil, fmt.Errorf("%q: node %q is not a node number (or, for -impl etcd, leader or follower)", part, node)
+			}
+			f.node = k
 		}
 		at, span, hasSpan := strings.Cut(when, "+")
-		f := fault{kind: kind, node: k}
+		var err error
 		if f.at, err = time.ParseDuration(at); err != nil || f.at < 0 {
 			return nil, fmt.Errorf("%q: bad time %q", part, at)
 		}

@@ -43,6 +43,9 @@ type impl struct {
 	// health is the Locker's Health, for this library's implementations
 	// (nil for the others).
 	health func() []redlock.NodeHealth
+	// inject carries out -fault on this implementation's own servers (nil:
+	// on the Redis nodes' proxies), reporting what it did.
+	inject func(ctx context.Context, faults []fault, report func(string))
 }
 
 func newImpl(ctx context.Context, name string, d *deployment, cfg config) (*impl, error) {
@@ -67,6 +70,8 @@ func newImpl(ctx context.Context, name string, d *deployment, cfg config) (*impl
 		return newRedsync(ctx, d, cfg, false), nil
 	case "redsync-failfast":
 		return newRedsync(ctx, d, cfg, true), nil
+	case "etcd":
+		return newEtcd(ctx, d, cfg)
 	}
 	return nil, fmt.Errorf("unknown implementation %q", name)
 }

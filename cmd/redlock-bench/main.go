@@ -71,12 +71,27 @@
 //	                   (the third-fastest node under -node-latency)
 //	redsync            github.com/go-redsync/redsync/v4, defaults
 //	redsync-failfast   redsync with WithFailFast(true)
+//	etcd               etcd's concurrency.Mutex (go.etcd.io/etcd/client/v3), its
+//	                   grant's revision the fencing token, on an etcd cluster
+//	                   this command starts: -etcd N members (3), each this
+//	                   program run again as a child process on loopback ports
+//	                   (embedded etcd server), so that -fault can freeze one;
+//	                   -etcd-timeout D bounds each attempt, release and
+//	                   session grant (1s); -fault freeze:leader@T+D (or
+//	                   follower) freezes the member that leads (or follows)
+//	                   when the fault begins (not in all; not with -mode do)
 //
 // Output: a table per implementation (cycles/s, acquired/contended/error
 // counts, allocations per cycle, acquire/release/cycle latency percentiles
 // from log-linear histograms), a side-by-side comparison, -json for
 // machines, -plot FILE.svg for a latency CDF, and a live progress line on a
-// terminal unless -q. The exit status is non-zero on bad flags or failure.
+// terminal unless -q. Each table says the longest time in the run when no
+// client was granted a lock: what a fault cost in availability. The exit
+// status is non-zero on bad flags or failure.
+//
+// This command is a module of its own (cmd/redlock-bench/go.mod), so that
+// etcd, its gRPC and redsync stay out of the library's module graph; the
+// repository's go.work lets `go run ./cmd/redlock-bench` work from the root.
 package main
 
 import (
@@ -88,11 +103,16 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"slices"
+	"sync"
 	"syscall"
 	"time"
 )
 
 func main() {
+	if spec := os.Getenv(etcdMemberEnv); spec != "" { // a member started by -impl etcd
+		os.Exit(runEtcdMember(spec))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
@@ -166,9 +186,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				share.ops = cfg.ops - (cfg.rounds-1)*(cfg.ops/cfg.rounds)
 			}
 			faultCtx, cancelFaults := context.WithCancel(ctx)
-			d.inject(faultCtx, cfg.faults)
+			var faultsMu sync.Mutex
+			var faults []string
+			if im.inject != nil {
+				im.inject(faultCtx, cfg.faults, func(s string) {
+					faultsMu.Lock()
+					defer faultsMu.Unlock()
+					faults = append(faults, s)
+				})
+			} else {
+				d.inject(faultCtx, cfg.faults)
+			}
 			r := bench(ctx, im, share, progress)
 			cancelFaults()
+			faultsMu.Lock()
+			r.Faults = faults
+			faultsMu.Unlock()
 			if results[i] == nil {
 				results[i] = r
 			} else {
@@ -186,7 +219,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, im := range impls {
 		printHealth(out, "after the run", im)
 	}
-	if len(cfg.nodes) == 0 && cfg.spawn == 0 {
+	if len(cfg.nodes) == 0 && cfg.spawn == 0 && slices.ContainsFunc(cfg.impls, func(s string) bool { return s != "etcd" }) {
 		fmt.Fprintln(out, "\nnote: embedded nodes share this process's CPU: compare client-side cost (CPU, allocs/cycle) here, not latency;"+
 			" -spawn N [-server PATH] or -nodes give real servers, -node-latency a network")
 	}

@@ -72,7 +72,11 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"-duration", "0s"}, "-duration 0s"},
 		{[]string{"-ops", "-3"}, "-ops -3"},
 		{[]string{"-mode", "grab"}, `-mode "grab"`},
-		{[]string{"-impl", "etcd"}, `unknown implementation "etcd"`},
+		{[]string{"-impl", "zookeeper"}, `unknown implementation "zookeeper"`},
+		{[]string{"-impl", "etcd", "-etcd", "0"}, "-etcd 0"},
+		{[]string{"-impl", "etcd", "-mode", "do"}, "-mode do"},
+		{[]string{"-fault", "freeze:leader@1s"}, "run -impl etcd alone"},
+		{[]string{"-impl", "etcd", "-fault", "freeze:3@1s"}, "only 3 etcd members"},
 		{[]string{"-node-latency", "1ms,2ms"}, "2 delays for 5 nodes"},
 		{[]string{"-node-latency", "1ms,fast"}, "-node-latency"},
 		{[]string{"-fault", "melt:1@1s"}, "want freeze:K@T"},
@@ -400,5 +404,45 @@ func TestProgressLine(t *testing.T) {
 	out, err := runCLI(t, "-ops", "20") // stderr is a buffer here, not a terminal
 	if err != nil || strings.Contains(out, "\r") {
 		t.Errorf("a progress line went to a non-terminal: %v\n%q", err, out)
+	}
+}
+
+// TestMain lets the test binary be an etcd member too: -impl etcd starts its
+// members by running this program again.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(etcdMemberEnv); spec != "" {
+		os.Exit(runEtcdMember(spec))
+	}
+	os.Exit(m.Run())
+}
+
+// etcd's Mutex on one member and on three, the second with its leader
+// frozen for a while: locks are granted, the fault is carried out on the
+// member that led, and the members are gone afterwards.
+func TestEtcdImpl(t *testing.T) {
+	out, err := runCLI(t, "-impl", "etcd", "-etcd", "1", "-ops", "40", "-clients", "2", "-keys", "2", "-ttl", "2s")
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "1 member(s)") || !regexp.MustCompile(`40 acquired, 0 contended, 0 errors`).MatchString(out) {
+		t.Errorf("want 40 grants on one member:\n%s", out)
+	}
+	out, err = runCLI(t, "-impl", "etcd", "-etcd", "3", "-duration", "4s", "-clients", "2", "-keys", "2", "-ttl", "2s",
+		"-fault", "freeze:leader@1s+1500ms")
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	if !regexp.MustCompile(`fault freeze:leader@1s\+1.5s: froze member m\d`).MatchString(out) {
+		t.Errorf("the leader was not frozen:\n%s", out)
+	}
+	if m := regexp.MustCompile(`; (\d+) acquired`).FindStringSubmatch(out); m == nil || m[1] == "0" {
+		t.Errorf("no lock granted on three members:\n%s", out)
+	}
+	if !strings.Contains(out, "longest time without a grant") {
+		t.Errorf("no availability line:\n%s", out)
+	}
+	ps, _ := exec.Command("pgrep", "-f", "-c", filepath.Base(os.Args[0])).Output()
+	if n, _ := strconv.Atoi(strings.TrimSpace(string(ps))); n > 1 {
+		t.Errorf("%d processes of this binary left: the members were not stopped", n)
 	}
 }

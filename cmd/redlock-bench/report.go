@@ -19,6 +19,10 @@ func printTable(w io.Writer, r *result) {
 	if r.FirstError != "" {
 		fmt.Fprintf(w, "  first error: %s\n", r.FirstError)
 	}
+	for _, f := range r.Faults {
+		fmt.Fprintf(w, "  %s\n", f)
+	}
+	fmt.Fprintf(w, "  longest time without a grant: %v\n", r.LongestGap.Round(time.Millisecond))
 	fmt.Fprintf(w, "  %-8s", "latency")
 	for _, q := range quantiles {
 		fmt.Fprintf(w, " %10s", q.name)
