@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes this machine ready for the integration tests, idempotently: installs
-# docker.io and redis-server if missing (as root, with apt-get), starts dockerd
+# docker.io, redis-server and gcc (the chaos run's clock shim) if missing (as root, with apt-get), starts dockerd
 # if no daemon answers, removes containers left by an earlier crashed run, and
 # pulls or builds the image of every server the tests run on: redlock-test/redis:7.0,
 # redlock-test/redis:8.0 and redlock-test/valkey:8.1 ($REDLOCK_TEST_SERVERS
@@ -19,6 +19,8 @@ missing=()
 command -v docker >/dev/null || missing+=(docker.io)
 command -v dockerd >/dev/null || missing+=(docker.io)
 [ -e /usr/bin/redis-server ] || command -v redis-server >/dev/null || missing+=(redis-server)
+# The chaos run's clockjump fault builds a small preloaded clock shim.
+command -v cc >/dev/null || missing+=(gcc)
 if [ ${#missing[@]} -gt 0 ]; then
 	pkgs=$(printf '%s\n' "${missing[@]}" | sort -u | tr '\n' ' ')
 	log "installing $pkgs"

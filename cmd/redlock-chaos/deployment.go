@@ -2,8 +2,14 @@ package main
 
 import (
 	"context"
+	_ "embed"
+	"encoding/binary"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -19,6 +25,54 @@ type deployment struct {
 	admins   []*redis.Client // to each server directly, for the nemesis and the referee
 	resource *redisproc.Server
 	version  string
+	// clocks are the files each node's clock shim reads its offset from
+	// (nil: the run has no clock faults); offsets what they hold.
+	clocks  []string
+	offsets []time.Duration
+	tmp     string
+}
+
+// clockShift is the source of the preloaded library that lets the nemesis
+// step a server's wall clock (clockjump): see the file.
+//
+//go:embed clockshift/clockshift.c
+var clockShift []byte
+
+// buildClockShift compiles the clock shim into dir with the system's C
+// compiler.
+func buildClockShift(dir string) (string, error) {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		return "", fmt.Errorf("clockjump needs a C compiler to build its clock shim (Debian: apt-get install gcc): %w", err)
+	}
+	src, lib := filepath.Join(dir, "clockshift.c"), filepath.Join(dir, "clockshift.so")
+	if err := os.WriteFile(src, clockShift, 0o600); err != nil {
+		return "", err
+	}
+	if out, err := exec.Command(cc, "-shared", "-fPIC", "-O2", "-o", lib, src).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building the clock shim: %v: %s", err, out)
+	}
+	return lib, nil
+}
+
+// stepClock moves node i's wall clock forward by by. The offset file is
+// written in place, never truncated: the server maps it.
+func (d *deployment) stepClock(i int, by time.Duration) error {
+	if d.clocks == nil {
+		return fmt.Errorf("node %d has no clock shim", i)
+	}
+	d.offsets[i] += by
+	f, err := os.OpenFile(d.clocks[i], os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(d.offsets[i]))
+	if _, err := f.WriteAt(b[:], 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func startDeployment(ctx context.Context, cfg config) (d *deployment, err error) {
@@ -35,8 +89,26 @@ func startDeployment(ctx context.Context, cfg config) (d *deployment, err error)
 			d.close()
 		}
 	}()
-	for range cfg.nodes {
-		s, err := redisproc.Start(ctx, bin)
+	var lib string
+	if slices.Contains(cfg.faults, "clockjump") {
+		if d.tmp, err = os.MkdirTemp("", "redlock-chaos-clock-"); err != nil {
+			return nil, err
+		}
+		if lib, err = buildClockShift(d.tmp); err != nil {
+			return nil, err
+		}
+	}
+	for i := range cfg.nodes {
+		var env []string
+		if lib != "" {
+			clock := filepath.Join(d.tmp, fmt.Sprintf("clock-%d", i))
+			if err := os.WriteFile(clock, make([]byte, 8), 0o600); err != nil {
+				return nil, err
+			}
+			d.clocks, d.offsets = append(d.clocks, clock), append(d.offsets, 0)
+			env = []string{"LD_PRELOAD=" + lib, "CLOCKSHIFT_FILE=" + clock}
+		}
+		s, err := redisproc.StartEnv(ctx, env, bin)
 		if err != nil {
 			return nil, err
 		}
@@ -78,5 +150,8 @@ func (d *deployment) close() {
 	}
 	if d.resource != nil {
 		d.resource.Close()
+	}
+	if d.tmp != "" {
+		os.RemoveAll(d.tmp)
 	}
 }

@@ -36,7 +36,7 @@ type config struct {
 type usageError struct{ error }
 
 // faultKinds are the nemesis's faults, in the order the manual lists them.
-var faultKinds = []string{"freeze", "kill", "outage", "amnesia", "snapshot", "partition", "blackhole", "latency", "scriptflush", "flush", "evict", "pause"}
+var faultKinds = []string{"freeze", "kill", "outage", "amnesia", "snapshot", "rollback", "partition", "blackhole", "latency", "scriptflush", "flush", "evict", "pressure", "clockjump", "pause"}
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var cfg config

@@ -39,13 +39,21 @@
 //	            no data within a fraction of the TTL (a zone's power cut)
 //	amnesia     FLUSHALL on a majority at once (the outage without downtime)
 //	snapshot    SAVE, then later SIGKILL and a restart from that old snapshot
+//	rollback    snapshot on a majority at once
 //	partition   the node's proxy drops every connection and refuses new ones
 //	blackhole   the node's proxy swallows everything (a silent partition)
 //	latency     the node's proxy delays every reply by a third of the TTL
 //	scriptflush SCRIPT FLUSH on the node
 //	flush       FLUSHALL on the node (its keys lost)
-//	evict       the node evicts: maxmemory-policy allkeys-random and a
-//	            maxmemory below what it holds, restored later
+//	evict       the node evicts: maxmemory-policy allkeys-random, a
+//	            maxmemory a little above what it holds, and other data
+//	            written every 5 ms, so that each write evicts a key (a lock's
+//	            among them); all restored later
+//	pressure    evict on a majority at once
+//	clockjump   a majority's wall clocks step forward by one to two TTLs
+//	            (servers run with a preloaded shim, clockshift/clockshift.c,
+//	            built with the system's cc, that shifts CLOCK_REALTIME,
+//	            gettimeofday and time by an offset the nemesis sets)
 //	pause       a client stops for 1.5 TTL between its read and its write
 //	            (a GC pause, the Kleppmann scenario)
 //

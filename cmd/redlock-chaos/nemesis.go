@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // fault is one of the nemesis's faults: planned from the seed (Kind, At,
@@ -22,6 +24,7 @@ type fault struct {
 	Node   int           `json:"node"`            // -1: a client's fault, or an outage's
 	Nodes  []int         `json:"nodes,omitempty"` // an outage's
 	Client int           `json:"client"`          // -1: a node's fault
+	Step   time.Duration `json:"step,omitempty"`  // a clockjump's step forward
 	Began  time.Duration `json:"began"`           // carried out
 	Ended  time.Duration `json:"ended"`
 	Err    string        `json:"err,omitempty"`
@@ -39,6 +42,9 @@ func (f fault) String() string {
 	if f.For > 0 {
 		s += " for " + f.For.Round(time.Millisecond).String()
 	}
+	if f.Step > 0 {
+		s += " +" + f.Step.Round(time.Millisecond).String()
+	}
 	if f.Err != "" {
 		s += "  (" + f.Err + ")"
 	}
@@ -46,7 +52,16 @@ func (f fault) String() string {
 }
 
 // instant faults have no length.
-func instant(kind string) bool { return kind == "scriptflush" || kind == "flush" || kind == "amnesia" }
+func instant(kind string) bool {
+	return kind == "scriptflush" || kind == "flush" || kind == "amnesia" || kind == "clockjump"
+}
+
+// onMajority says which faults strike a majority of the nodes at once: the
+// ones a Redlock without its node guard does not survive. The others strike
+// one node, which the majority outvotes.
+func onMajority(kind string) bool {
+	return kind == "outage" || kind == "amnesia" || kind == "rollback" || kind == "pressure" || kind == "clockjump"
+}
 
 // plan draws the fault schedule from the seed alone: the same seed and flags
 // give the same schedule.
@@ -81,6 +96,17 @@ func plan(cfg config) []fault {
 			f.Nodes = rng.Perm(cfg.nodes)[:cfg.nodes/2+1]
 			slices.Sort(f.Nodes)
 			f.For = cfg.ttl/50 + time.Duration(rng.Int64N(int64(cfg.ttl/25)))
+		case f.Kind == "clockjump":
+			// A majority's wall clocks step forward by one to two TTLs
+			// at once (an NTP step after a long drift, an operator's
+			// date -s): every key they hold expires early.
+			f.Nodes = rng.Perm(cfg.nodes)[:cfg.nodes/2+1]
+			slices.Sort(f.Nodes)
+			f.Step = cfg.ttl + time.Duration(rng.Int64N(int64(cfg.ttl)))
+		case onMajority(f.Kind): // rollback, pressure
+			f.Nodes = rng.Perm(cfg.nodes)[:cfg.nodes/2+1]
+			slices.Sort(f.Nodes)
+			f.For = cfg.ttl/4 + time.Duration(rng.Int64N(int64(cfg.ttl/2)))
 		case instant(f.Kind):
 			f.Node = rng.IntN(cfg.nodes)
 		default:
@@ -146,12 +172,35 @@ func (n *nemesis) carryOut(ctx context.Context, f *fault) error {
 		return n.outage(ctx, f)
 	case "amnesia":
 		return n.amnesia(ctx, f)
+	case "clockjump":
+		defer n.holdNodes(f)()
+		var errs []error
+		for _, i := range f.Nodes {
+			errs = append(errs, n.d.stepClock(i, f.Step))
+		}
+		return errors.Join(errs...)
+	case "rollback", "pressure":
+		// The single-node fault on each node of the majority at
+		// once: a snapshot's restart, or eviction.
+		defer n.holdNodes(f)()
+		errs := make([]error, len(f.Nodes))
+		var wg sync.WaitGroup
+		for j, i := range f.Nodes {
+			wg.Go(func() { errs[j] = n.onNode(ctx, f, i) })
+		}
+		wg.Wait()
+		return errors.Join(errs...)
 	}
 	n.nodeMu[f.Node].Lock()
 	defer n.nodeMu[f.Node].Unlock()
-	s, p, admin := n.d.servers[f.Node], n.d.proxies[f.Node], n.d.admins[f.Node]
 	f.Began = n.since()
 	defer func() { f.Ended = n.since() }()
+	return n.onNode(ctx, f, f.Node)
+}
+
+// onNode carries out a node's fault on node i.
+func (n *nemesis) onNode(ctx context.Context, f *fault, i int) error {
+	s, p, admin := n.d.servers[i], n.d.proxies[i], n.d.admins[i]
 	// hold waits out the fault's length; the heal runs even if the run
 	// ends first (a frozen node must not outlive the run).
 	hold := func() { time.Sleep(f.For) }
@@ -168,7 +217,7 @@ func (n *nemesis) carryOut(ctx context.Context, f *fault) error {
 		}
 		hold()
 		return s.Restart(heal)
-	case "snapshot":
+	case "snapshot", "rollback":
 		if err := admin.Save(ctx).Err(); err != nil {
 			return fmt.Errorf("SAVE: %w", err)
 		}
@@ -192,24 +241,8 @@ func (n *nemesis) carryOut(ctx context.Context, f *fault) error {
 		return admin.ScriptFlush(ctx).Err()
 	case "flush":
 		return admin.FlushAll(ctx).Err()
-	case "evict":
-		info, err := admin.Info(ctx, "memory").Result()
-		if err != nil {
-			return err
-		}
-		used := infoInt(info, "used_memory")
-		limit := max(used-64<<10, 1)
-		if err := admin.ConfigSet(ctx, "maxmemory-policy", "allkeys-random").Err(); err != nil {
-			return err
-		}
-		if err := admin.ConfigSet(ctx, "maxmemory", strconv.FormatInt(limit, 10)).Err(); err != nil {
-			return err
-		}
-		hold()
-		if err := admin.ConfigSet(heal, "maxmemory", "0").Err(); err != nil {
-			return err
-		}
-		return admin.ConfigSet(heal, "maxmemory-policy", "noeviction").Err()
+	case "evict", "pressure":
+		return n.evict(ctx, f, admin)
 	default:
 		return fmt.Errorf("unknown fault %q", f.Kind)
 	}
@@ -270,4 +303,45 @@ func infoInt(info, field string) int64 {
 		}
 	}
 	return 0
+}
+
+// evict puts a node under memory pressure as a cache's traffic would: a
+// limit a little above what it holds, allkeys-random, and other data
+// written all the while (4 KiB values every 5 ms, cycling over 64 names),
+// so that each write evicts a key, a lock's among them, and the node goes
+// on taking writes. The limit and the other data go when the fault ends.
+func (n *nemesis) evict(ctx context.Context, f *fault, admin *redis.Client) error {
+	heal := context.WithoutCancel(ctx)
+	info, err := admin.Info(ctx, "memory").Result()
+	if err != nil {
+		return err
+	}
+	limit := infoInt(info, "used_memory") + 128<<10
+	if err := admin.ConfigSet(ctx, "maxmemory-policy", "allkeys-random").Err(); err != nil {
+		return err
+	}
+	if err := admin.ConfigSet(ctx, "maxmemory", strconv.FormatInt(limit, 10)).Err(); err != nil {
+		return err
+	}
+	const fillers = 64
+	value := strings.Repeat("x", 4<<10)
+	tick := time.NewTicker(5 * time.Millisecond)
+	end := time.After(f.For)
+	for i := 0; ; i++ {
+		select {
+		case <-tick.C:
+			admin.Set(heal, fmt.Sprintf("chaos:filler:%d", i%fillers), value, 0) // an OOM refusal is pressure too
+			continue
+		case <-end:
+		}
+		break
+	}
+	tick.Stop()
+	names := make([]string, fillers)
+	for i := range names {
+		names[i] = fmt.Sprintf("chaos:filler:%d", i)
+	}
+	return errors.Join(admin.ConfigSet(heal, "maxmemory", "0").Err(),
+		admin.ConfigSet(heal, "maxmemory-policy", "noeviction").Err(),
+		admin.Del(heal, names...).Err())
 }

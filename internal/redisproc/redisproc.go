@@ -33,6 +33,7 @@ type Server struct {
 	port int
 	dir  string
 	args []string // the caller's, after the base arguments
+	env  []string // added to this process's environment (StartEnv)
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -44,6 +45,12 @@ type Server struct {
 // (removed by Close), saving and AOF off unless args say otherwise (later
 // arguments win), and waits until it answers PING.
 func Start(ctx context.Context, bin string, args ...string) (*Server, error) {
+	return StartEnv(ctx, nil, bin, args...)
+}
+
+// StartEnv is Start with variables added to the server's environment, on
+// every restart too (LD_PRELOAD for a clock the test sets, for instance).
+func StartEnv(ctx context.Context, env []string, bin string, args ...string) (*Server, error) {
 	port, err := FreePort()
 	if err != nil {
 		return nil, err
@@ -52,7 +59,7 @@ func Start(ctx context.Context, bin string, args ...string) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{bin: bin, port: port, dir: dir, args: args}
+	s := &Server{bin: bin, port: port, dir: dir, args: args, env: env}
 	if err := s.start(ctx); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -76,6 +83,9 @@ func (s *Server) start(ctx context.Context) error {
 		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--daemonize", "no",
 		"--loglevel", "warning", "--repl-diskless-sync-delay", "0"}
 	cmd := exec.Command(s.bin, append(base, s.args...)...)
+	if len(s.env) > 0 {
+		cmd.Env = append(os.Environ(), s.env...)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // not killed twice by the terminal's Ctrl-C
 	logPath := filepath.Join(s.dir, "server.log")
 	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
