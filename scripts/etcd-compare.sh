@@ -47,8 +47,11 @@ common=(-clients 4 -keys 4 -ttl 2s -mode trylock)
 	bench -spawn 5 -server "$server" -impl redlock,etcd -fencing -etcd 3 "${common[@]}" -duration "$duration" -rounds 10 | grep -vE '^(redlock: node health|  node)'
 	echo '```'
 	echo
-	echo "## One server frozen for 5 s (SIGSTOP for an etcd member; for a Redis node, a proxy that swallows"
-	echo "everything: the node keeps its connections and answers nothing)"
+	echo "## One server frozen for 5 s"
+	echo
+	echo "An etcd member is frozen with SIGSTOP: the leader, then a follower. A Redis node is frozen by the"
+	echo "proxy in front of it, which swallows everything: the node keeps its connections and answers"
+	echo "nothing. Each run is 12 s, the freeze from 3 s to 8 s."
 	echo
 	for f in leader follower; do
 		echo '```'

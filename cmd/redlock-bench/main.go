@@ -130,9 +130,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	d, err := newDeployment(ctx, cfg)
-	if err != nil {
-		return err
+	d := &deployment{describe: fmt.Sprintf("no Redis nodes; %d etcd member(s) started as child processes on loopback", cfg.etcdMembers)}
+	if slices.ContainsFunc(cfg.impls, func(s string) bool { return s != "etcd" }) {
+		if d, err = newDeployment(ctx, cfg); err != nil {
+			return err
+		}
 	}
 	defer d.close()
 
@@ -188,14 +190,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			faultCtx, cancelFaults := context.WithCancel(ctx)
 			var faultsMu sync.Mutex
 			var faults []string
+			report := func(s string) {
+				faultsMu.Lock()
+				defer faultsMu.Unlock()
+				faults = append(faults, s)
+			}
 			if im.inject != nil {
-				im.inject(faultCtx, cfg.faults, func(s string) {
-					faultsMu.Lock()
-					defer faultsMu.Unlock()
-					faults = append(faults, s)
-				})
+				im.inject(faultCtx, cfg.faults, report)
 			} else {
-				d.inject(faultCtx, cfg.faults)
+				d.inject(faultCtx, cfg.faults, report)
 			}
 			r := bench(ctx, im, share, progress)
 			cancelFaults()

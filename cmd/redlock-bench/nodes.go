@@ -243,13 +243,14 @@ func joinDurations(ds []time.Duration) string {
 	return strings.Join(s, ",")
 }
 
-// inject runs the fault schedule against the proxies until ctx ends.
-func (d *deployment) inject(ctx context.Context, faults []fault) {
+// inject runs the fault schedule against the proxies until ctx ends,
+// reporting each fault as it begins.
+func (d *deployment) inject(ctx context.Context, faults []fault, report func(string)) {
 	for _, f := range faults {
 		p := d.proxies[f.node]
-		set := p.SetBlackhole
+		set, did := p.SetBlackhole, "froze node %d (its proxy swallows everything)"
 		if f.kind == "stop" {
-			set = p.SetDown
+			set, did = p.SetDown, "stopped node %d (its proxy refuses connections)"
 		}
 		go func() {
 			select {
@@ -257,6 +258,7 @@ func (d *deployment) inject(ctx context.Context, faults []fault) {
 			case <-ctx.Done():
 				return
 			}
+			report(fmt.Sprintf("fault %s: "+did, f, f.node))
 			set(true) // a frozen node keeps its connections and answers nothing
 			if f.dur == 0 {
 				<-ctx.Done()
