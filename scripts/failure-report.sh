@@ -8,7 +8,8 @@
 #	scripts/failure-report.sh [DURATION] [SERVER]
 #
 # DURATION is each run's length (default 60s: about 20 trials per fault at
-# a fault every 3 s, 30 runs, about 32 minutes in all); SERVER the server
+# a fault every 3 s, 30 runs, about 32 minutes in all; 120s for about 40
+# trials per fault, an hour); SERVER the server
 # to start (default redis-server on PATH; a wrapper from
 # scripts/fetch-redis-server.sh for another version). SEED sets the first
 # seed (default 20261202).
@@ -37,7 +38,8 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
 	echo
 	echo "Each kind of fault runs alone for $duration, one fault every 3 s on average, first in the unsafe"
 	echo "configuration (no fencing, the node guard's quarantines off) and then in the safe one, on five"
-	echo "nodes with six clients on two Lockers, two keys, a 1 s TTL. Each fault is a trial: it counts under"
+	echo "nodes with six clients on two Lockers, two keys (one counter on a Redis server behind fence.Redis,"
+	echo "one in a SQLite table behind fence.SQL), a 1 s TTL. Each fault is a trial: it counts under"
 	echo "a violation when one began during the fault or within two TTLs after it. The faults that strike a"
 	echo "majority, and the client's pause, must break the unsafe configuration (the script fails if such a"
 	echo "control sees nothing); a fault on one node is outvoted by the other four in both configurations,"

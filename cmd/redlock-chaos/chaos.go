@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"time"
 
@@ -43,8 +44,23 @@ func chaos(ctx context.Context, cfg config, progress io.Writer) (*result, error)
 		return nil, err
 	}
 	defer d.close()
-	resource := redis.NewClient(&redis.Options{Addr: d.resource.Addr(), MaxRetries: -1})
-	defer resource.Close()
+	rc := redis.NewClient(&redis.Options{Addr: d.resource.Addr(), MaxRetries: -1})
+	defer rc.Close()
+	store := &resources{kind: cfg.resource, redis: &redisResource{client: rc}}
+	if cfg.safe {
+		store.redis.guard = fence.NewRedis(rc)
+	}
+	if cfg.resource != "redis" {
+		dir, err := os.MkdirTemp("", "redlock-chaos-sql-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir)
+		if store.sql, err = openSQL(ctx, dir, cfg.keys, cfg.safe); err != nil {
+			return nil, fmt.Errorf("the SQL resource: %w", err)
+		}
+		defer store.sql.db.Close()
+	}
 
 	opts := &redlock.Options{MaxTTL: cfg.ttl, NodeTimeout: 100 * time.Millisecond}
 	if cfg.safe {
@@ -69,20 +85,16 @@ func chaos(ctx context.Context, cfg config, progress io.Writer) (*result, error)
 	}
 
 	faults := plan(cfg)
-	fmt.Fprintf(progress, "redlock-chaos: seed %d, %s configuration, %d nodes (%s), %d clients on %d Lockers, %d keys, TTL %v, %v, %d faults planned\n",
-		cfg.seed, configName(cfg), cfg.nodes, d.version, cfg.clients, cfg.lockers, cfg.keys, cfg.ttl, cfg.duration, len(faults))
+	fmt.Fprintf(progress, "redlock-chaos: seed %d, %s configuration, %d nodes (%s), %d clients on %d Lockers, %d keys, TTL %v, %v, %d faults planned; counters on %s\n",
+		cfg.seed, configName(cfg), cfg.nodes, d.version, cfg.clients, cfg.lockers, cfg.keys, cfg.ttl, cfg.duration, len(faults), store.describe())
 	start := time.Now()
 	hist := &history{errors: map[string]int{}}
 	nem := newNemesis(d, cfg, start)
 	runCtx, stopClients := context.WithTimeout(ctx, cfg.duration)
 	defer stopClients()
-	var guard *fence.Redis
-	if cfg.safe {
-		guard = fence.NewRedis(resource)
-	}
 	var wg sync.WaitGroup
 	for i := range cfg.clients {
-		c := &client{id: i, locker: lockers[i%cfg.lockers], resource: resource, guard: guard, cfg: cfg, start: start,
+		c := &client{id: i, locker: lockers[i%cfg.lockers], res: store, cfg: cfg, start: start,
 			hist: hist, pauses: nem.pauses[i], rng: rand.New(rand.NewPCG(cfg.seed, uint64(i)))}
 		wg.Go(func() { c.run(runCtx) })
 	}
@@ -115,7 +127,7 @@ func chaos(ctx context.Context, cfg config, progress io.Writer) (*result, error)
 	if res.Counts.KeysLeft, err = keysLeft(ctx, d, cfg); err != nil {
 		return nil, err
 	}
-	final, err := finalCounters(ctx, resource, cfg)
+	final, err := finalCounters(ctx, store, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -150,13 +162,13 @@ func keysLeft(ctx context.Context, d *deployment, cfg config) (int, error) {
 	return n, nil
 }
 
-// finalCounters reads every counter from the resource.
-func finalCounters(ctx context.Context, resource *redis.Client, cfg config) ([]int64, error) {
+// finalCounters reads every counter from its resource.
+func finalCounters(ctx context.Context, res *resources, cfg config) ([]int64, error) {
 	out := make([]int64, cfg.keys)
 	for k := range out {
-		v, err := resource.Get(ctx, counterName(k)).Int64()
-		if err != nil && err != redis.Nil {
-			return nil, fmt.Errorf("the resource after the run: %w", err)
+		v, err := res.of(k).final(ctx, k)
+		if err != nil {
+			return nil, fmt.Errorf("the resource of key %d after the run: %w", k, err)
 		}
 		out[k] = v
 	}

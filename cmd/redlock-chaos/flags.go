@@ -30,6 +30,7 @@ type config struct {
 	history    string
 	json       bool
 	models     bool
+	resource   string // -resource: both, redis or sql
 }
 
 // usageError is a bad flag: exit status 2.
@@ -57,6 +58,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.svg, "svg", "", "write the run's timeline to this SVG file")
 	fs.StringVar(&cfg.history, "history", "", "where porcupine's visualisation of a non-linearizable history goes (default: redlock-chaos-SEED.html in the temporary directory)")
 	fs.BoolVar(&cfg.json, "json", false, "print the results as JSON")
+	fs.StringVar(&cfg.resource, "resource", "both", "where the counters live: redis (fence.Redis), sql (a SQLite table, fence.SQL), or both (even keys on Redis, odd keys in SQL)")
 	fs.BoolVar(&cfg.models, "models", false, "run each kind of fault in -faults alone, unsafe then safe, and print a table of the trials")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -69,6 +71,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if fs.NArg() > 0 {
 		return cfg, usageError{fmt.Errorf("unexpected arguments: %q", fs.Args())}
+	}
+	if cfg.resource != "both" && cfg.resource != "redis" && cfg.resource != "sql" {
+		return cfg, usageError{fmt.Errorf("-resource %q: want both, redis or sql", cfg.resource)}
 	}
 	switch *conf {
 	case "safe":

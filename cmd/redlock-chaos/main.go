@@ -8,15 +8,20 @@
 //
 // It starts its own servers as plain processes on 127.0.0.1 (redis-server
 // from PATH, or -server), one TCP proxy in front of each lock node for
-// network faults, and one more server for the resource, which the nemesis
-// leaves alone: the run judges the lock, not the resource's durability.
+// network faults, and the resources, which the nemesis leaves alone (the
+// run judges the lock, not the resources' durability): one more Redis
+// server and a SQLite table (pure Go, in-process). With -resource both (the
+// default) even keys' counters live on the Redis server, guarded by
+// fence.Redis, and odd keys' in the table, guarded by fence.SQL (the read
+// records the token in the same transaction); -resource redis or sql puts
+// them all on one.
 //
 // Configurations:
 //
 //	-config safe     fencing tokens (Options.Fencing), the node guard with
 //	                 MaxTTL = -ttl, and the resource fenced on every access:
 //	                 the read with fence.Redis.Get, the write with
-//	                 fence.Redis.Set
+//	                 fence.Redis.Set (in SQL, fence.SQL.Update for both)
 //	-config unsafe   the negative control: no fencing (plain GET and SET),
 //	                 the node guard's quarantines off (Options.NoQuarantine)
 //

@@ -3,13 +3,10 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/redlock/redlock/fence"
 	"github.com/redlock/redlock/redlock"
@@ -114,15 +111,14 @@ const boundSlack = 250 * time.Millisecond
 // client is one worker: take a lease on a random key, read the key's
 // counter, write it back plus one, release; again until ctx ends.
 type client struct {
-	id       int
-	locker   *redlock.Locker
-	resource *redis.Client
-	guard    *fence.Redis
-	cfg      config
-	start    time.Time
-	hist     *history
-	pauses   <-chan *fault
-	rng      *rand.Rand
+	id     int
+	locker *redlock.Locker
+	res    *resources
+	cfg    config
+	start  time.Time
+	hist   *history
+	pauses <-chan *fault
+	rng    *rand.Rand
 }
 
 func lockName(key int) string    { return "chaos:lock:" + strconv.Itoa(key) }
@@ -172,7 +168,7 @@ func (c *client) cycle(ctx context.Context) {
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer rcancel()
 	read := access{Lease: li, Call: c.since()}
-	value, err := c.read(rctx, key, lease.Token())
+	value, err := c.res.of(key).read(rctx, key, lease.Token())
 	read.Return, read.Value = c.since(), value
 	read.Accepted = err == nil
 	read.Unknown = err != nil && !errors.Is(err, fence.ErrStaleToken)
@@ -192,7 +188,7 @@ func (c *client) cycle(ctx context.Context) {
 	default:
 	}
 	write := access{Lease: li, Write: true, Call: c.since(), Value: value + 1}
-	err = c.write(rctx, key, value+1, lease.Token())
+	err = c.res.of(key).write(rctx, key, value+1, lease.Token())
 	write.Return = c.since()
 	write.Accepted = err == nil
 	write.Unknown = err != nil && !errors.Is(err, fence.ErrStaleToken)
@@ -200,38 +196,4 @@ func (c *client) cycle(ctx context.Context) {
 	if err != nil {
 		c.hist.failed("write", err)
 	}
-}
-
-// read reads the key's counter: fenced in the safe configuration (the read
-// raises the resource's fence, so no older holder writes after it).
-func (c *client) read(ctx context.Context, key int, token uint64) (int64, error) {
-	var s string
-	var err error
-	if c.guard != nil {
-		var ok bool
-		s, ok, err = c.guard.Get(ctx, counterName(key), token)
-		if err == nil && !ok {
-			return 0, nil
-		}
-	} else {
-		s, err = c.resource.Get(ctx, counterName(key)).Result()
-		if errors.Is(err, redis.Nil) {
-			return 0, nil
-		}
-	}
-	if err != nil {
-		return 0, err
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("counter %d holds %q", key, s)
-	}
-	return n, nil
-}
-
-func (c *client) write(ctx context.Context, key int, value int64, token uint64) error {
-	if c.guard != nil {
-		return c.guard.Set(ctx, counterName(key), value, token)
-	}
-	return c.resource.Set(ctx, counterName(key), value, 0).Err()
 }
