@@ -62,12 +62,12 @@ if [ "${REDLOCK_SKIP_INTEGRATION:-}" = 1 ]; then
 fi
 # Seeded chaos runs on redis-server processes, in the safe configuration
 # (no violation allowed) and the unsafe one (the control: it must see some).
-stage "chaos runs: go test -race ./cmd/redlock-chaos/ (a safe and an unsafe 30 s run)"
+stage "chaos runs: go test -race ./cmd/redlock-chaos/ (a safe and an unsafe 60 s run)"
 chaos=$(mktemp)
 if ! (cd cmd/redlock-chaos && go test -race -count=1 -v ./...) >"$chaos" 2>&1; then
 	grep -v 'pool.go' "$chaos"; rm -f "$chaos"; exit 1
 fi
-grep -E '^(--- |\s+--- |ok)|(seed [0-9]+, |leases granted|overlapping|stale accesses|increments lost|keys left|linearizable|trials|^\s+(freeze|kill|outage|amnesia|snapshot|partition|blackhole|latency|scriptflush|flush|evict|pause) +[0-9])' "$chaos"; rm -f "$chaos"
+grep -E '^(--- |\s+--- |ok)|(seed [0-9]+, |leases granted|overlapping|stale accesses|increments lost|keys left|linearizable|trials|^\s+(freeze|kill|outage|amnesia|snapshot|rollback|partition|blackhole|latency|scriptflush|flush|evict|pressure|clockjump|pause) +[0-9])' "$chaos"; rm -f "$chaos"
 log=$(mktemp)
 trap 'rm -f "$log"; [ -n "$stage_name" ] && echo "== ($stage_name: $((SECONDS - stage_start))s; $((SECONDS / 60))m$((SECONDS % 60))s in all)"' EXIT
 # The whole suite on every server, over the auto-pipeline; on Redis 7.0 over
