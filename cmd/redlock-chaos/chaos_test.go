@@ -22,11 +22,11 @@ import (
 // The schedule: a fault every 1.5 s on average over 60 s; the seed was
 // chosen for a schedule with every kind of fault, among them several pauses
 // past the lease (fencing's control) and several faults that strike a
-// majority: crashes, flushes, restarts from old snapshots, eviction and
-// clock steps (the node guard's controls). The hold (0.4 TTL) leaves a holder inside
+// majority: crashes, flushes, restarts from old snapshots, eviction, clock
+// steps and failovers to replicas behind (the node guard's controls). The hold (0.4 TTL) leaves a holder inside
 // its lease long enough for the crashed majority to come back and grant
 // the key again, which the guard's control needs.
-var shortRun = []string{"-seed", "20261274", "-duration", "60s", "-fault-every", "1500ms", "-clients", "6", "-keys", "2", "-hold", "400ms"}
+var shortRun = []string{"-seed", "20261212", "-duration", "60s", "-fault-every", "1500ms", "-clients", "6", "-keys", "2", "-hold", "400ms"}
 
 func TestShortChaosRuns(t *testing.T) {
 	server := os.Getenv("REDLOCK_CHAOS_SERVER")
@@ -49,6 +49,7 @@ func TestShortChaosRuns(t *testing.T) {
 	require.GreaterOrEqual(t, kinds["outage"], 3, "the seed's schedule crashes a majority")
 	require.GreaterOrEqual(t, kinds["amnesia"], 3, "the seed's schedule flushes a majority")
 	require.GreaterOrEqual(t, kinds["clockjump"], 2, "the seed's schedule steps a majority's clocks")
+	require.GreaterOrEqual(t, kinds["failover"], 2, "the seed's schedule fails a majority over to replicas behind")
 
 	for _, conf := range []string{"unsafe", "safe"} {
 		t.Run(conf, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,7 +21,10 @@ import (
 // deployment is the lock's nodes, each behind a proxy for network faults,
 // and the resource's server, which no fault touches.
 type deployment struct {
-	servers  []*redisproc.Server
+	servers  []*redisproc.Server // each node's primary
+	replicas []*redisproc.Server // each node's replica (nil: the run has no failovers)
+	bin      string
+	env      [][]string // each node's servers' environment (the clock shim)
 	proxies  []*faultnet.Proxy
 	admins   []*redis.Client // to each server directly, for the nemesis and the referee
 	resource *redisproc.Server
@@ -83,7 +87,7 @@ func startDeployment(ctx context.Context, cfg config) (d *deployment, err error)
 	if bin, err = exec.LookPath(bin); err != nil {
 		return nil, fmt.Errorf("the server: %w (Debian: apt-get install redis-server; or give -server)", err)
 	}
-	d = &deployment{}
+	d = &deployment{bin: bin}
 	defer func() {
 		if err != nil {
 			d.close()
@@ -112,7 +116,14 @@ func startDeployment(ctx context.Context, cfg config) (d *deployment, err error)
 		if err != nil {
 			return nil, err
 		}
-		d.servers = append(d.servers, s)
+		d.servers, d.env = append(d.servers, s), append(d.env, env)
+		if slices.Contains(cfg.faults, "failover") {
+			r, err := d.startReplica(ctx, i, s)
+			if err != nil {
+				return nil, err
+			}
+			d.replicas = append(d.replicas, r)
+		}
 		p, err := faultnet.Listen(s.Addr())
 		if err != nil {
 			return nil, err
@@ -148,10 +159,28 @@ func (d *deployment) close() {
 	for _, s := range d.servers {
 		s.Close()
 	}
+	for _, s := range d.replicas {
+		s.Close()
+	}
 	if d.resource != nil {
 		d.resource.Close()
 	}
 	if d.tmp != "" {
 		os.RemoveAll(d.tmp)
 	}
+}
+
+// startReplica starts a replica of node i's primary (sharing its clock, as
+// the clock shim goes) and waits until it is in sync.
+func (d *deployment) startReplica(ctx context.Context, i int, primary *redisproc.Server) (*redisproc.Server, error) {
+	_, port, _ := strings.Cut(primary.Addr(), ":")
+	r, err := redisproc.StartEnv(ctx, d.env[i], d.bin, "--replicaof", "127.0.0.1", port, "--replica-announce-ip", "127.0.0.1")
+	if err != nil {
+		return nil, fmt.Errorf("node %d's replica: %w", i, err)
+	}
+	if err := redisproc.WaitInSync(ctx, r.Addr()); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("node %d's replica: %w", i, err)
+	}
+	return r, nil
 }

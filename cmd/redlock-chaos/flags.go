@@ -37,7 +37,7 @@ type config struct {
 type usageError struct{ error }
 
 // faultKinds are the nemesis's faults, in the order the manual lists them.
-var faultKinds = []string{"freeze", "kill", "outage", "amnesia", "snapshot", "rollback", "partition", "blackhole", "latency", "scriptflush", "flush", "evict", "pressure", "clockjump", "pause"}
+var faultKinds = []string{"freeze", "kill", "outage", "amnesia", "snapshot", "rollback", "partition", "blackhole", "latency", "scriptflush", "flush", "evict", "pressure", "clockjump", "failover", "pause"}
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var cfg config

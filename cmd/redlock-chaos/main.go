@@ -59,6 +59,13 @@
 //	            (servers run with a preloaded shim, clockshift/clockshift.c,
 //	            built with the system's cc, that shifts CLOCK_REALTIME,
 //	            gettimeofday and time by an offset the nemesis sets)
+//	failover    on a majority at once, the replica is promoted (REPLICAOF NO
+//	            ONE) while its primary goes on granting for a while, then
+//	            the primary is killed and the node's proxy moves to the
+//	            promoted replica: grants made in between are lost, as with
+//	            asynchronous replication (every node gets a replica when
+//	            -faults has failover; the old primary comes back as the new
+//	            one's replica)
 //	pause       a client stops for 1.5 TTL between its read and its write
 //	            (a GC pause, the Kleppmann scenario)
 //

@@ -22,6 +22,7 @@ var models = map[string]string{
 	"flush":       "7. every key lost (one node)",
 	"evict":       "7. eviction under memory pressure (one node)",
 	"pressure":    "7. eviction under memory pressure (a majority)",
+	"failover":    "6. failover to a replica that missed grants (a majority)",
 	"partition":   "8. partition (one node)",
 	"blackhole":   "8. silent partition (one node)",
 	"scriptflush": "9. script-cache loss (one node)",

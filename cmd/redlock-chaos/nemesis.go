@@ -60,7 +60,7 @@ func instant(kind string) bool {
 // ones a Redlock without its node guard does not survive. The others strike
 // one node, which the majority outvotes.
 func onMajority(kind string) bool {
-	return kind == "outage" || kind == "amnesia" || kind == "rollback" || kind == "pressure" || kind == "clockjump"
+	return kind == "outage" || kind == "amnesia" || kind == "rollback" || kind == "pressure" || kind == "clockjump" || kind == "failover"
 }
 
 // plan draws the fault schedule from the seed alone: the same seed and flags
@@ -103,7 +103,7 @@ func plan(cfg config) []fault {
 			f.Nodes = rng.Perm(cfg.nodes)[:cfg.nodes/2+1]
 			slices.Sort(f.Nodes)
 			f.Step = cfg.ttl + time.Duration(rng.Int64N(int64(cfg.ttl)))
-		case onMajority(f.Kind): // rollback, pressure
+		case onMajority(f.Kind): // rollback, pressure, failover
 			f.Nodes = rng.Perm(cfg.nodes)[:cfg.nodes/2+1]
 			slices.Sort(f.Nodes)
 			f.For = cfg.ttl/4 + time.Duration(rng.Int64N(int64(cfg.ttl/2)))
@@ -179,7 +179,7 @@ func (n *nemesis) carryOut(ctx context.Context, f *fault) error {
 			errs = append(errs, n.d.stepClock(i, f.Step))
 		}
 		return errors.Join(errs...)
-	case "rollback", "pressure":
+	case "rollback", "pressure", "failover":
 		// The single-node fault on each node of the majority at
 		// once: a snapshot's restart, or eviction.
 		defer n.holdNodes(f)()
@@ -243,6 +243,8 @@ func (n *nemesis) onNode(ctx context.Context, f *fault, i int) error {
 		return admin.FlushAll(ctx).Err()
 	case "evict", "pressure":
 		return n.evict(ctx, f, admin)
+	case "failover":
+		return n.failover(ctx, f, i)
 	default:
 		return fmt.Errorf("unknown fault %q", f.Kind)
 	}
@@ -344,4 +346,34 @@ func (n *nemesis) evict(ctx context.Context, f *fault, admin *redis.Client) erro
 	return errors.Join(admin.ConfigSet(heal, "maxmemory", "0").Err(),
 		admin.ConfigSet(heal, "maxmemory-policy", "noeviction").Err(),
 		admin.Del(heal, names...).Err())
+}
+
+// failover promotes node i's replica as a Sentinel would after its primary
+// died, with the replica behind: it is promoted first (REPLICAOF NO ONE),
+// the primary goes on granting for the fault's length (grants the new
+// primary never sees: asynchronous replication's window, stretched), then
+// the primary is killed and the node's proxy sends every client to the
+// promoted replica. The old primary comes back as the new one's replica, so
+// that the node can fail over again.
+func (n *nemesis) failover(ctx context.Context, f *fault, i int) error {
+	heal := context.WithoutCancel(ctx)
+	old, promoted := n.d.servers[i], n.d.replicas[i]
+	admin := promoted.Client()
+	if err := admin.SlaveOf(heal, "NO", "ONE").Err(); err != nil {
+		admin.Close()
+		return fmt.Errorf("REPLICAOF NO ONE: %w", err)
+	}
+	time.Sleep(f.For)
+	old.Kill()
+	n.d.proxies[i].SetTarget(promoted.Addr())
+	n.d.proxies[i].DropConnections()
+	n.d.admins[i].Close()
+	n.d.servers[i], n.d.admins[i] = promoted, admin
+	old.Close()
+	r, err := n.d.startReplica(heal, i, promoted)
+	if err != nil {
+		return err
+	}
+	n.d.replicas[i] = r
+	return nil
 }
