@@ -64,7 +64,12 @@ fi
 # (no violation allowed) and the unsafe one (the control: it must see some).
 stage "chaos runs: go test -race ./cmd/redlock-chaos/ (a safe and an unsafe 60 s run)"
 chaos=$(mktemp)
-if ! (cd cmd/redlock-chaos && go test -race -count=1 -v ./...) >"$chaos" 2>&1; then
+# The runs' timelines (SVG) and porcupine's visualisation of the unsafe run's
+# history stay here after the run: CI's artefacts.
+artifacts=${REDLOCK_CHAOS_ARTIFACTS:-${TMPDIR:-/tmp}/redlock-chaos-artifacts}
+rm -rf "$artifacts"
+echo "chaos artefacts (timelines, porcupine's history): $artifacts"
+if ! (cd cmd/redlock-chaos && REDLOCK_CHAOS_ARTIFACTS=$artifacts go test -race -count=1 -v ./...) >"$chaos" 2>&1; then
 	grep -v 'pool.go' "$chaos"; rm -f "$chaos"; exit 1
 fi
 grep -E '^(--- |\s+--- |ok)|(seed [0-9]+, |leases granted|overlapping|stale accesses|increments lost|keys left|linearizable|trials|^\s+(freeze|kill|outage|amnesia|snapshot|rollback|partition|blackhole|latency|scriptflush|flush|evict|pressure|clockjump|pause) +[0-9])' "$chaos"; rm -f "$chaos"

@@ -53,7 +53,14 @@ func TestShortChaosRuns(t *testing.T) {
 
 	for _, conf := range []string{"unsafe", "safe"} {
 		t.Run(conf, func(t *testing.T) {
+			// $REDLOCK_CHAOS_ARTIFACTS keeps the timelines and porcupine's
+			// visualisation of a failing history after the test
+			// (scripts/test.sh sets it); otherwise they go with the test.
 			dir := t.TempDir()
+			if keep := os.Getenv("REDLOCK_CHAOS_ARTIFACTS"); keep != "" {
+				dir = filepath.Join(keep, conf)
+				require.NoError(t, os.MkdirAll(dir, 0o755))
+			}
 			args := append(append([]string{}, shortRun...), "-config", conf, "-server", server,
 				"-svg", filepath.Join(dir, "run.svg"), "-history", filepath.Join(dir, "history.html"))
 			var out, progress bytes.Buffer
@@ -74,11 +81,14 @@ func TestShortChaosRuns(t *testing.T) {
 				assert.Zero(t, res.Counts.Overlaps, "overlapping leases with the node guard")
 				return
 			}
-			// Each mechanism's control: the outages grant leases twice
-			// without the guard, and the pauses get stale writes accepted
-			// without fencing.
+			// Each mechanism's control: the majority faults grant leases
+			// twice without the guard, and the pauses get stale writes
+			// accepted without fencing. The clock guard's control on its
+			// own: a majority's clock step took a lease from its holder
+			// in every trial of every run so far.
 			assert.Positive(t, res.Counts.Overlaps, "overlapping leases without the node guard")
 			assert.Positive(t, res.Counts.StaleAccepted, "stale writes accepted without fencing")
+			assert.Positive(t, res.trialsOf("clockjump").Overlapped, "overlapping leases after clock steps without the clock guard")
 			if res.Linearizable == "Illegal" {
 				_, err := os.Stat(res.HistoryFile)
 				assert.NoError(t, err, "porcupine's visualisation of the failing history")

@@ -358,11 +358,13 @@ func (n *nemesis) evict(ctx context.Context, f *fault, admin *redis.Client) erro
 func (n *nemesis) failover(ctx context.Context, f *fault, i int) error {
 	heal := context.WithoutCancel(ctx)
 	old, promoted := n.d.servers[i], n.d.replicas[i]
-	admin := promoted.Client()
-	if err := admin.SlaveOf(heal, "NO", "ONE").Err(); err != nil {
-		admin.Close()
-		return fmt.Errorf("REPLICAOF NO ONE: %w", err)
+	if promoted == nil {
+		return fmt.Errorf("node %d has no replica (starting its last one failed)", i)
 	}
+	if err := promoted.Promote(heal); err != nil { // a primary from now on, restarts included
+		return err
+	}
+	admin := promoted.Client()
 	time.Sleep(f.For)
 	old.Kill()
 	n.d.proxies[i].SetTarget(promoted.Addr())
@@ -370,6 +372,7 @@ func (n *nemesis) failover(ctx context.Context, f *fault, i int) error {
 	n.d.admins[i].Close()
 	n.d.servers[i], n.d.admins[i] = promoted, admin
 	old.Close()
+	n.d.replicas[i] = nil
 	r, err := n.d.startReplica(heal, i, promoted)
 	if err != nil {
 		return err

@@ -82,7 +82,10 @@ func (s *Server) start(ctx context.Context) error {
 	base := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
 		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--daemonize", "no",
 		"--loglevel", "warning", "--repl-diskless-sync-delay", "0"}
-	cmd := exec.Command(s.bin, append(base, s.args...)...)
+	s.mu.Lock()
+	args := s.args
+	s.mu.Unlock()
+	cmd := exec.Command(s.bin, append(base, args...)...)
 	if len(s.env) > 0 {
 		cmd.Env = append(os.Environ(), s.env...)
 	}
@@ -118,6 +121,28 @@ func (s *Server) Restart(ctx context.Context) error {
 		return fmt.Errorf("redisproc: restart %s: still running", s.Addr())
 	}
 	return s.start(ctx)
+}
+
+// Promote makes a replica a primary (REPLICAOF NO ONE), and a primary for
+// good: a later Restart no longer starts it as a replica.
+func (s *Server) Promote(ctx context.Context) error {
+	c := s.Client()
+	defer c.Close()
+	if err := c.SlaveOf(ctx, "NO", "ONE").Err(); err != nil {
+		return fmt.Errorf("redisproc: REPLICAOF NO ONE on %s: %w", s.Addr(), err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var args []string
+	for i := 0; i < len(s.args); i++ {
+		if s.args[i] == "--replicaof" || s.args[i] == "--slaveof" {
+			i += 2 // and its host and port
+			continue
+		}
+		args = append(args, s.args[i])
+	}
+	s.args = args
+	return nil
 }
 
 // Alive reports whether the process is running (frozen or not).

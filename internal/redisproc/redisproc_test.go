@@ -3,6 +3,7 @@ package redisproc_test
 import (
 	"context"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,4 +69,29 @@ func TestFreeze(t *testing.T) {
 	defer cancel()
 	require.Eventually(t, func() bool { return c.Ping(ctx).Err() == nil }, 5*time.Second, 10*time.Millisecond)
 	assert.Contains(t, redisproc.Version(ctx, s.Addr()), "redis ")
+}
+
+// A promoted replica stays a primary across a crash and restart: the
+// restart does not start it as a replica of its old primary again.
+func TestPromoteOutlivesARestart(t *testing.T) {
+	primary := start(t)
+	ctx := t.Context()
+	_, port, _ := strings.Cut(primary.Addr(), ":")
+	replica, err := redisproc.Start(ctx, "redis-server", "--replicaof", "127.0.0.1", port, "--replica-announce-ip", "127.0.0.1")
+	require.NoError(t, err)
+	t.Cleanup(replica.Close)
+	require.NoError(t, redisproc.WaitInSync(ctx, replica.Addr()))
+	role := func() string {
+		c := replica.Client()
+		defer c.Close()
+		r, err := c.Do(ctx, "ROLE").Slice()
+		require.NoError(t, err)
+		return r[0].(string)
+	}
+	require.Equal(t, "slave", role())
+	require.NoError(t, replica.Promote(ctx))
+	assert.Equal(t, "master", role())
+	replica.Kill()
+	require.NoError(t, replica.Restart(ctx))
+	assert.Equal(t, "master", role(), "restarted as a replica of its old primary")
 }
