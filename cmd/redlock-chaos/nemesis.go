@@ -218,7 +218,14 @@ func (n *nemesis) onNode(ctx context.Context, f *fault, i int) error {
 		hold()
 		return s.Restart(heal)
 	case "snapshot", "rollback":
-		if err := admin.Save(ctx).Err(); err != nil {
+		// A replica's full sync (after a failover) may be saving: wait
+		// for it, up to a TTL.
+		err := admin.Save(ctx).Err()
+		for wait := time.Now().Add(n.cfg.ttl); err != nil && strings.Contains(err.Error(), "in progress") && time.Now().Before(wait); {
+			time.Sleep(20 * time.Millisecond)
+			err = admin.Save(ctx).Err()
+		}
+		if err != nil {
 			return fmt.Errorf("SAVE: %w", err)
 		}
 		hold()

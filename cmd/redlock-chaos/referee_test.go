@@ -187,3 +187,11 @@ func TestTimelineDrawsAMajorityFaultOnItsNodes(t *testing.T) {
 	assert.Equal(t, 3, strings.Count(string(svg), "<title>"+title+"</title>"), "one box per node")
 	assert.Equal(t, 1, strings.Count(string(svg), "<title>"+html.EscapeString(r.Faults[1].String())+"</title>"))
 }
+
+// Every kind of fault has a colour of its own on the timeline (a missing
+// one is drawn black, like a write).
+func TestEveryFaultHasAColour(t *testing.T) {
+	for _, k := range faultKinds {
+		assert.NotEmpty(t, faultColours[k], "no colour for %s", k)
+	}
+}
