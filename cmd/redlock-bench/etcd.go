@@ -393,6 +393,15 @@ func newEtcd(ctx context.Context, d *deployment, cfg config) (*impl, error) {
 		case errors.Is(err, concurrency.ErrLocked):
 			return acq, 0, contended, err
 		case err != nil:
+			// The attempt may have put its waiter key before its reply
+			// was lost; the session keeps it alive, and it would stand
+			// in line for this name until the session drew it again.
+			// (Lock's own clean-up after a failed wait runs under the
+			// client's context, which has no deadline: -mode lock
+			// attempts can outlast -etcd-timeout when a quorum is gone.)
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.etcdTimeout)
+			_, _ = cli.Delete(dctx, m.Key())
+			cancel()
 			return acq, 0, failed, err
 		}
 		hold(ctx, cfg.hold)

@@ -3,14 +3,16 @@ package main
 import (
 	"context"
 	_ "embed"
-	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 
@@ -29,9 +31,10 @@ type deployment struct {
 	admins   []*redis.Client // to each server directly, for the nemesis and the referee
 	resource *redisproc.Server
 	version  string
-	// clocks are the files each node's clock shim reads its offset from
-	// (nil: the run has no clock faults); offsets what they hold.
-	clocks  []string
+	// clocks are each node's clock offset, mapped from the file its
+	// servers' clock shim maps (nil: the run has no clock faults); offsets
+	// what they hold.
+	clocks  [][]byte
 	offsets []time.Duration
 	tmp     string
 }
@@ -59,24 +62,30 @@ func buildClockShift(dir string) (string, error) {
 	return lib, nil
 }
 
-// stepClock moves node i's wall clock forward by by. The offset file is
-// written in place, never truncated: the server maps it.
+// stepClock moves node i's wall clock forward by by: one aligned 8-byte
+// atomic store into the page the node's servers map, so that no clock
+// reading sees half of it.
 func (d *deployment) stepClock(i int, by time.Duration) error {
 	if d.clocks == nil {
 		return fmt.Errorf("node %d has no clock shim", i)
 	}
 	d.offsets[i] += by
-	f, err := os.OpenFile(d.clocks[i], os.O_WRONLY, 0)
+	atomic.StoreInt64((*int64)(unsafe.Pointer(&d.clocks[i][0])), int64(d.offsets[i]))
+	return nil
+}
+
+// mapClock creates node i's offset file (zero: no shift) and maps it
+// shared, for stepClock to write.
+func mapClock(path string) ([]byte, error) {
+	if err := os.WriteFile(path, make([]byte, 8), 0o600); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(d.offsets[i]))
-	if _, err := f.WriteAt(b[:], 0); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	defer f.Close()
+	return syscall.Mmap(int(f.Fd()), 0, 8, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 }
 
 func startDeployment(ctx context.Context, cfg config) (d *deployment, err error) {
@@ -106,10 +115,11 @@ func startDeployment(ctx context.Context, cfg config) (d *deployment, err error)
 		var env []string
 		if lib != "" {
 			clock := filepath.Join(d.tmp, fmt.Sprintf("clock-%d", i))
-			if err := os.WriteFile(clock, make([]byte, 8), 0o600); err != nil {
-				return nil, err
+			m, err := mapClock(clock)
+			if err != nil {
+				return nil, fmt.Errorf("the clock shim's offset file: %w", err)
 			}
-			d.clocks, d.offsets = append(d.clocks, clock), append(d.offsets, 0)
+			d.clocks, d.offsets = append(d.clocks, m), append(d.offsets, 0)
 			env = []string{"LD_PRELOAD=" + lib, "CLOCKSHIFT_FILE=" + clock}
 		}
 		s, err := redisproc.StartEnv(ctx, env, bin)
@@ -160,10 +170,15 @@ func (d *deployment) close() {
 		s.Close()
 	}
 	for _, s := range d.replicas {
-		s.Close()
+		if s != nil { // nil: a failover's new replica did not start
+			s.Close()
+		}
 	}
 	if d.resource != nil {
 		d.resource.Close()
+	}
+	for _, m := range d.clocks {
+		syscall.Munmap(m)
 	}
 	if d.tmp != "" {
 		os.RemoveAll(d.tmp)

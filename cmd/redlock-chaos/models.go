@@ -62,6 +62,13 @@ func runModels(ctx context.Context, cfg config, stdout, stderr io.Writer) error 
 				if err := res.verdict(c); err != nil {
 					failed = append(failed, fmt.Sprintf("%s: %v", kind, err))
 				}
+				// The run's verdict allows overlapping beliefs (fencing
+				// is there for them), but no fault here should get past
+				// the node guard: a pause ends beliefs before another
+				// holder comes, and the guard quarantines the rest.
+				if res.Counts.Overlaps > 0 {
+					failed = append(failed, fmt.Sprintf("%s: %d overlapping leases with the node guard on", kind, res.Counts.Overlaps))
+				}
 			} else {
 				r.unsafe = res
 				if t := res.trialsOf(kind); controlled(kind) && t.Overlapped+t.Stale == 0 {

@@ -212,11 +212,9 @@ func (n *nemesis) onNode(ctx context.Context, f *fault, i int) error {
 		s.Thaw()
 	case "kill":
 		s.Kill()
-		if err := s.RemoveData(); err != nil {
-			return err
-		}
+		removed := s.RemoveData()
 		hold()
-		return s.Restart(heal)
+		return errors.Join(removed, s.Restart(heal)) // restarted whatever happened: never left down
 	case "snapshot", "rollback":
 		// A replica's full sync (after a failover) may be saving: wait
 		// for it, up to a TTL.
@@ -261,20 +259,19 @@ func (n *nemesis) onNode(ctx context.Context, f *fault, i int) error {
 // outage crashes several nodes at once and restarts them with no data.
 func (n *nemesis) outage(ctx context.Context, f *fault) error {
 	defer n.holdNodes(f)()
+	var removed []error
 	for _, i := range f.Nodes {
 		n.d.servers[i].Kill()
-		if err := n.d.servers[i].RemoveData(); err != nil {
-			return err
-		}
+		removed = append(removed, n.d.servers[i].RemoveData())
 	}
 	time.Sleep(f.For)
-	errs := make([]error, len(f.Nodes))
+	errs := make([]error, len(f.Nodes), len(f.Nodes)+len(removed))
 	var wg sync.WaitGroup
 	for j, i := range f.Nodes { // together, as a supervisor would
 		wg.Go(func() { errs[j] = n.d.servers[i].Restart(context.WithoutCancel(ctx)) })
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return errors.Join(append(errs, removed...)...) // restarted whatever happened: never left down
 }
 
 // holdNodes takes the fault locks of a majority fault's nodes, in

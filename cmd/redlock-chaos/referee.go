@@ -166,8 +166,8 @@ func attribute(faults []fault, marks []mark, ttl time.Duration) []trials {
 	var out []trials
 	index := map[string]int{}
 	for _, f := range faults {
-		if f.Began < 0 {
-			continue // not carried out
+		if f.Began < 0 || f.Err != "" {
+			continue // not carried out, or not wholly: no trial
 		}
 		i, ok := index[f.Kind]
 		if !ok {

@@ -187,8 +187,12 @@ func (c *client) cycle(ctx context.Context) {
 		c.hist.mu.Unlock()
 	default:
 	}
+	// The write's own bound, from now: a pause must not spend it, or the
+	// paused write would never be sent and fencing never tested.
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer wcancel()
 	write := access{Lease: li, Write: true, Call: c.since(), Value: value + 1}
-	err = c.res.of(key).write(rctx, key, value+1, lease.Token())
+	err = c.res.of(key).write(wctx, key, value+1, lease.Token())
 	write.Return = c.since()
 	write.Accepted = err == nil
 	write.Unknown = err != nil && !errors.Is(err, fence.ErrStaleToken)

@@ -6,8 +6,10 @@
  * guard's clock checks are for.
  *
  * CLOCKSHIFT_FILE names a file whose first 8 bytes are the offset in
- * nanoseconds (a little-endian int64); it is mapped shared, so a write to
- * the file moves the clock at once. CLOCK_REALTIME (and its coarse
+ * nanoseconds (a little-endian int64); it is mapped shared, and the nemesis
+ * stores a new offset with one aligned 8-byte atomic store into its own
+ * shared mapping, so the clock moves at once and no reading sees half a
+ * value. CLOCK_REALTIME (and its coarse
  * variant), gettimeofday and time are moved; the monotonic clocks are not.
  *
  * It calls the kernel directly and allocates nothing: libfaketime, which
