@@ -286,9 +286,7 @@ func (c *etcdCluster) member(ctx context.Context, f fault) (int, error) {
 func (c *etcdCluster) inject(ctx context.Context, faults []fault, report func(string)) {
 	for _, f := range faults {
 		go func() {
-			select {
-			case <-time.After(f.at):
-			case <-ctx.Done():
+			if !f.begins(ctx) {
 				return
 			}
 			i, err := c.member(ctx, f)
@@ -304,14 +302,7 @@ func (c *etcdCluster) inject(ctx context.Context, faults []fault, report func(st
 			}
 			report(fmt.Sprintf("fault %s: froze member %s", f, c.members[i].name))
 			_ = p.Signal(syscall.SIGSTOP)
-			if f.dur == 0 {
-				<-ctx.Done()
-			} else {
-				select {
-				case <-time.After(f.dur):
-				case <-ctx.Done():
-				}
-			}
+			f.lasts(ctx)
 			_ = p.Signal(syscall.SIGCONT)
 		}()
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -57,6 +58,28 @@ type fault struct {
 	role string // "leader", "follower" or ""
 	at   time.Duration
 	dur  time.Duration
+}
+
+// begins waits until the fault's time in the run; false if ctx ended first.
+func (f fault) begins(ctx context.Context) bool {
+	select {
+	case <-time.After(f.at):
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// lasts waits out the fault's length (to the run's end, if it has none).
+func (f fault) lasts(ctx context.Context) {
+	if f.dur == 0 {
+		<-ctx.Done()
+		return
+	}
+	select {
+	case <-time.After(f.dur):
+	case <-ctx.Done():
+	}
 }
 
 func (f fault) String() string {

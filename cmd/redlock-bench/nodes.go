@@ -253,21 +253,12 @@ func (d *deployment) inject(ctx context.Context, faults []fault, report func(str
 			set, did = p.SetDown, "stopped node %d (its proxy refuses connections)"
 		}
 		go func() {
-			select {
-			case <-time.After(f.at):
-			case <-ctx.Done():
+			if !f.begins(ctx) {
 				return
 			}
 			report(fmt.Sprintf("fault %s: "+did, f, f.node))
 			set(true) // a frozen node keeps its connections and answers nothing
-			if f.dur == 0 {
-				<-ctx.Done()
-			} else {
-				select {
-				case <-time.After(f.dur):
-				case <-ctx.Done():
-				}
-			}
+			f.lasts(ctx)
 			set(false)
 		}()
 	}
