@@ -72,7 +72,7 @@ echo "chaos artefacts (timelines, porcupine's history): $artifacts"
 if ! (cd cmd/redlock-chaos && REDLOCK_CHAOS_ARTIFACTS=$artifacts go test -race -count=1 -v ./...) >"$chaos" 2>&1; then
 	grep -v 'pool.go' "$chaos"; rm -f "$chaos"; exit 1
 fi
-grep -E '^(--- |\s+--- |ok)|(seed [0-9]+, |leases granted|overlapping|stale accesses|increments lost|keys left|linearizable|trials|^\s+(freeze|kill|outage|amnesia|snapshot|rollback|partition|blackhole|latency|scriptflush|flush|evict|pressure|clockjump|pause) +[0-9])' "$chaos"; rm -f "$chaos"
+grep -E '^(--- |\s+--- |ok)|(seed [0-9]+, |leases granted|overlapping|stale accesses|increments lost|keys left|linearizable|trials|^\s+(freeze|kill|outage|amnesia|snapshot|rollback|partition|blackhole|latency|scriptflush|flush|evict|pressure|clockjump|failover|pause) +[0-9])' "$chaos"; rm -f "$chaos"
 log=$(mktemp)
 trap 'rm -f "$log"; [ -n "$stage_name" ] && echo "== ($stage_name: $((SECONDS - stage_start))s; $((SECONDS / 60))m$((SECONDS % 60))s in all)"' EXIT
 # The whole suite on every server, over the auto-pipeline; on Redis 7.0 over
