@@ -56,11 +56,25 @@ func instant(kind string) bool {
 	return kind == "scriptflush" || kind == "flush" || kind == "amnesia" || kind == "clockjump"
 }
 
-// onMajority says which faults strike a majority of the nodes at once: the
-// ones a Redlock without its node guard does not survive. The others strike
-// one node, which the majority outvotes.
+// nodeFault is what each kind of fault does to a node it strikes. The
+// faults that strike a majority at once (outage, amnesia, rollback,
+// pressure, clockjump, failover: the ones a Redlock without its node guard
+// does not survive) do a single node's fault to each of theirs; the others
+// strike one node, which the majority outvotes.
+var nodeFault = map[string]string{
+	"freeze": "freeze", "kill": "kill", "snapshot": "snapshot", "partition": "partition", "blackhole": "blackhole",
+	"latency": "latency", "scriptflush": "scriptflush", "flush": "flush", "evict": "evict",
+	"outage": "kill", "amnesia": "flush", "rollback": "snapshot", "pressure": "evict",
+	"clockjump": "clockjump", "failover": "failover",
+}
+
+// onMajority says whether a kind of fault strikes a majority at once.
 func onMajority(kind string) bool {
-	return kind == "outage" || kind == "amnesia" || kind == "rollback" || kind == "pressure" || kind == "clockjump" || kind == "failover"
+	switch kind {
+	case "outage", "amnesia", "rollback", "pressure", "clockjump", "failover":
+		return true
+	}
+	return false
 }
 
 // plan draws the fault schedule from the seed alone: the same seed and flags
@@ -78,34 +92,30 @@ func plan(cfg config) []fault {
 			return out
 		}
 		f := fault{Kind: cfg.faults[rng.IntN(len(cfg.faults))], At: at, Node: -1, Client: -1}
+		if onMajority(f.Kind) {
+			f.Nodes = rng.Perm(cfg.nodes)[:cfg.nodes/2+1]
+			slices.Sort(f.Nodes)
+		}
 		switch {
 		case f.Kind == "pause":
 			// Longer than any lease's validity: the paused holder writes
 			// after its lease ended, and another may have taken it.
 			f.Client, f.For = rng.IntN(cfg.clients), cfg.ttl*3/2
 		case f.Kind == "amnesia":
-			// A majority loses every key at once, with no downtime: the
-			// outage without its restart time, so that a holder is
-			// surely still inside its lease.
-			f.Nodes = rng.Perm(cfg.nodes)[:cfg.nodes/2+1]
-			slices.Sort(f.Nodes)
+			// Every key lost at once, with no downtime: the outage
+			// without its restart time, so that a holder is surely still
+			// inside its lease.
 		case f.Kind == "outage":
-			// A majority crashes and is restarted at once by a supervisor,
-			// with no persistence: back within tens of milliseconds, well inside a
-			// lease.
-			f.Nodes = rng.Perm(cfg.nodes)[:cfg.nodes/2+1]
-			slices.Sort(f.Nodes)
+			// Crashed and restarted at once by a supervisor, with no
+			// persistence: back within tens of milliseconds, well inside
+			// a lease.
 			f.For = cfg.ttl/50 + time.Duration(rng.Int64N(int64(cfg.ttl/25)))
 		case f.Kind == "clockjump":
-			// A majority's wall clocks step forward by one to two TTLs
-			// at once (an NTP step after a long drift, an operator's
-			// date -s): every key they hold expires early.
-			f.Nodes = rng.Perm(cfg.nodes)[:cfg.nodes/2+1]
-			slices.Sort(f.Nodes)
+			// Wall clocks stepped forward by one to two TTLs at once (an
+			// NTP step after a long drift, an operator's date -s): every
+			// key they hold expires early.
 			f.Step = cfg.ttl + time.Duration(rng.Int64N(int64(cfg.ttl)))
 		case onMajority(f.Kind): // rollback, pressure, failover
-			f.Nodes = rng.Perm(cfg.nodes)[:cfg.nodes/2+1]
-			slices.Sort(f.Nodes)
 			f.For = cfg.ttl/4 + time.Duration(rng.Int64N(int64(cfg.ttl/2)))
 		case instant(f.Kind):
 			f.Node = rng.IntN(cfg.nodes)
@@ -167,21 +177,9 @@ func (n *nemesis) carryOut(ctx context.Context, f *fault) error {
 		}
 		return nil
 	}
-	switch f.Kind {
-	case "outage":
-		return n.outage(ctx, f)
-	case "amnesia":
-		return n.amnesia(ctx, f)
-	case "clockjump":
-		defer n.holdNodes(f)()
-		var errs []error
-		for _, i := range f.Nodes {
-			errs = append(errs, n.d.stepClock(i, f.Step))
-		}
-		return errors.Join(errs...)
-	case "rollback", "pressure", "failover":
-		// The single-node fault on each node of the majority at
-		// once: a snapshot's restart, or eviction.
+	if onMajority(f.Kind) {
+		// A majority fault is its node's fault on each of the nodes at
+		// once.
 		defer n.holdNodes(f)()
 		errs := make([]error, len(f.Nodes))
 		var wg sync.WaitGroup
@@ -205,17 +203,17 @@ func (n *nemesis) onNode(ctx context.Context, f *fault, i int) error {
 	// ends first (a frozen node must not outlive the run).
 	hold := func() { time.Sleep(f.For) }
 	heal := context.WithoutCancel(ctx)
-	switch f.Kind {
+	switch nodeFault[f.Kind] {
 	case "freeze":
 		s.Freeze()
 		hold()
 		s.Thaw()
-	case "kill":
+	case "kill": // and outage
 		s.Kill()
 		removed := s.RemoveData()
 		hold()
 		return errors.Join(removed, s.Restart(heal)) // restarted whatever happened: never left down
-	case "snapshot", "rollback":
+	case "snapshot": // and rollback
 		// A replica's full sync (after a failover) may be saving: wait
 		// for it, up to a TTL.
 		err := admin.Save(ctx).Err()
@@ -244,34 +242,18 @@ func (n *nemesis) onNode(ctx context.Context, f *fault, i int) error {
 		p.SetDelay(0, 0)
 	case "scriptflush":
 		return admin.ScriptFlush(ctx).Err()
-	case "flush":
+	case "flush": // and amnesia
 		return admin.FlushAll(ctx).Err()
-	case "evict", "pressure":
+	case "evict": // and pressure
 		return n.evict(ctx, f, admin)
+	case "clockjump":
+		return n.d.stepClock(i, f.Step)
 	case "failover":
 		return n.failover(ctx, f, i)
 	default:
 		return fmt.Errorf("unknown fault %q", f.Kind)
 	}
 	return nil
-}
-
-// outage crashes several nodes at once and restarts them with no data.
-func (n *nemesis) outage(ctx context.Context, f *fault) error {
-	defer n.holdNodes(f)()
-	var removed []error
-	for _, i := range f.Nodes {
-		n.d.servers[i].Kill()
-		removed = append(removed, n.d.servers[i].RemoveData())
-	}
-	time.Sleep(f.For)
-	errs := make([]error, len(f.Nodes), len(f.Nodes)+len(removed))
-	var wg sync.WaitGroup
-	for j, i := range f.Nodes { // together, as a supervisor would
-		wg.Go(func() { errs[j] = n.d.servers[i].Restart(context.WithoutCancel(ctx)) })
-	}
-	wg.Wait()
-	return errors.Join(append(errs, removed...)...) // restarted whatever happened: never left down
 }
 
 // holdNodes takes the fault locks of a majority fault's nodes, in
@@ -288,16 +270,6 @@ func (n *nemesis) holdNodes(f *fault) (release func()) {
 			n.nodeMu[i].Unlock()
 		}
 	}
-}
-
-// amnesia flushes several nodes at once.
-func (n *nemesis) amnesia(ctx context.Context, f *fault) error {
-	defer n.holdNodes(f)()
-	var errs []error
-	for _, i := range f.Nodes {
-		errs = append(errs, n.d.admins[i].FlushAll(ctx).Err())
-	}
-	return errors.Join(errs...)
 }
 
 // infoInt reads a numeric field of an INFO reply (0 if absent).

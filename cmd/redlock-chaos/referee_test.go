@@ -195,3 +195,12 @@ func TestEveryFaultHasAColour(t *testing.T) {
 		assert.NotEmpty(t, faultColours[k], "no colour for %s", k)
 	}
 }
+
+// Every kind of fault says what it does to a node it strikes.
+func TestEveryFaultActsOnNodes(t *testing.T) {
+	for _, k := range faultKinds {
+		if k != "pause" { // a client's
+			assert.NotEmpty(t, nodeFault[k], "%s does nothing to a node", k)
+		}
+	}
+}
