@@ -150,6 +150,7 @@ func slotMarker(slot int) string {
 // guard is one node's guard, shared by both transports. Nil on a Locker
 // with Options.NoQuarantine.
 type guard struct {
+	examSeq atomic.Uint64 // the last examination's seq (see memoryState.seq)
 	maxTTL  time.Duration
 	bound   drift.Bound
 	now     clock.Clock      // Options.Clock: when quarantines end
@@ -209,6 +210,10 @@ type memoryState struct {
 	// at the examination (the marker's count).
 	evicts  bool
 	evicted int64
+	// seq orders examinations of this guard by when they were sent: a
+	// state is never replaced by one that was sent to the node before it
+	// (two examinations can overlap, and the older may finish last).
+	seq uint64
 }
 
 func newGuard(o *Options, cluster bool, declared *atomic.Int64) *guard {
@@ -468,16 +473,20 @@ func (g *guard) verdictAt(state memoryState, now time.Time) error {
 // every grant reaches every replica (see failover.go): a grant that went
 // before it on the node must not count.
 func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (_ memoryState, weakened bool, _ error) {
+	seq := g.examSeq.Add(1)
 	sent := time.Now()
 	res, proof, err := g.examined.run(ctx, ex, marker, markerExpiry(), g.quarantineTTL().Milliseconds(), g.waitReplicas)
 	received := time.Now()
 	if err != nil {
-		// Whatever this Locker knew of the marker is stale now: the next
-		// batch examines again.
+		// Whatever this Locker knew of the marker is stale now (unless an
+		// examination sent later has recorded since): the next batch
+		// examines again.
 		g.mu.Lock()
-		delete(g.memory, marker)
-		if marker == markerKey {
-			g.standalone.Store(nil)
+		if g.memory[marker].seq < seq {
+			delete(g.memory, marker)
+			if marker == markerKey {
+				g.standalone.Store(nil)
+			}
 		}
 		g.mu.Unlock()
 		return memoryState{}, false, fmt.Errorf("redlock: the guard's examine script (it calls %s on %s): %w", examineScript.calls, marker, denied("the guard's examine script", err))
@@ -491,7 +500,7 @@ func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (
 		return memoryState{}, false, fmt.Errorf("redlock: the guard's marker %q: %w", marker, err)
 	}
 	g.learn(m.declared)
-	state := memoryState{marker: value, proof: proof, examinedAt: g.now.Now(), age: nodeNow.Sub(time.UnixMilli(m.began)), history: m.history, evicts: evicts, evicted: m.evicted}
+	state := memoryState{marker: value, proof: proof, examinedAt: g.now.Now(), age: nodeNow.Sub(time.UnixMilli(m.began)), history: m.history, evicts: evicts, evicted: m.evicted, seq: seq}
 	if before, err := parseMarker(found); err == nil && found != "" {
 		weakened = before.history.covered() && !m.history.covered()
 	}
@@ -502,12 +511,16 @@ func (g *guard) examine(ctx context.Context, ex redis.Scripter, marker string) (
 		}
 	}
 	g.mu.Lock()
-	g.memory[marker] = state
-	if g.clock != nil {
-		g.expiry.Store(state.expiry)
-	}
-	if marker == markerKey {
-		g.standalone.Store(&state)
+	// An examination sent later that recorded first saw the node more
+	// recently (a policy set in between, say): it stands.
+	if g.memory[marker].seq < seq {
+		g.memory[marker] = state
+		if g.clock != nil {
+			g.expiry.Store(state.expiry)
+		}
+		if marker == markerKey {
+			g.standalone.Store(&state)
+		}
 	}
 	g.mu.Unlock()
 	return state, weakened, nil
