@@ -6,40 +6,15 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
-)
 
-// Each server's wording of an ACL refusal is one; other errors are not.
-func TestDeniedByACL(t *testing.T) {
-	for text, want := range map[string]bool{
-		// Redis 7.0.15
-		"NOPERM this user has no permissions to run the 'evalsha' command":                                           true,
-		"NOPERM this user has no permissions to access one of the keys used as arguments":                            true,
-		"ERR The user executing the script can't run this command or subcommand script: a263..., on @user_script:1.": true,
-		// Redis 8.0.2 and Valkey 8.1.1
-		"NOPERM User app has no permissions to run the 'client|setinfo' command":                                               true,
-		"NOPERM No permissions to access a key":                                                                                true,
-		"ERR ACL failure in script: User app has no permissions to run the 'incr' command script: a263..., on @user_script:1.": true,
-		// not refusals
-		"NOSCRIPT No matching script. Please use EVAL.":         false,
-		"ERR value is not an integer or out of range":           false,
-		"READONLY You can't write against a read only replica.": false,
-	} {
-		if got := deniedByACL(serverError(text)); got != want {
-			t.Errorf("deniedByACL(%q) = %v; want %v", text, got, want)
-		}
-	}
-	if deniedByACL(errors.New("NOPERM but from the network, not the server")) {
-		t.Error("a non-server error counted as a refusal")
-	}
-	if deniedByACL(nil) {
-		t.Error("nil counted as a refusal")
-	}
-}
+	"github.com/redlock/redlock/redlock/internal/reply"
+	"github.com/redlock/redlock/redlock/internal/wire"
+)
 
 // A refusal names what was refused: the command and key, or the script and
 // every command it calls; any other error passes unchanged.
 func TestPermissionErrorNamesWhatWasRefused(t *testing.T) {
-	err := explainDenied(scriptCommand(fenceScript, []string{"k", "{k}:fencing"}, "v", "7"), serverError("ERR The user executing the script can't run this command or subcommand script: x"))
+	err := explainDenied(wire.ScriptCommand(fenceScript, []string{"k", "{k}:fencing"}, "v", "7"), serverError("ERR The user executing the script can't run this command or subcommand script: x"))
 	if !errors.Is(err, ErrNoPermission) {
 		t.Fatalf("%v: want ErrNoPermission", err)
 	}
@@ -54,7 +29,7 @@ func TestPermissionErrorNamesWhatWasRefused(t *testing.T) {
 	}
 	// A refusal already named (the guard's examination, in the round of
 	// a SET) keeps its name, not the SET's.
-	named := denied("the guard's examine script", serverError("NOPERM User app has no permissions to run the 'info' command"))
+	named := reply.Denied("the guard's examine script", serverError("NOPERM User app has no permissions to run the 'info' command"))
 	if err := explainDenied(acquireCommand("k", "v", 1000), named); err != named {
 		t.Errorf("a refusal of the guard's examination became %v", err)
 	}

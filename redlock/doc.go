@@ -27,6 +27,16 @@
 // and Options.NoAutoPipeline, use a goroutine and a pooled connection per
 // call instead. Neither needs closing.
 //
+// # Inside
+//
+// This package is the coordinator: it validates, fans a round out, turns
+// each node's reply into a vote (vote.go) and decides. Beneath it,
+// internal/wire carries commands to each node (the auto-pipeline, the
+// direct transport, WAIT, a Redis Cluster's redirections) and
+// internal/guard is the node guard, which rides with the transport and
+// judges each node's memory and clock. docs/architecture.md draws the
+// arrows and follows one acquisition through them.
+//
 // # What a lease does and does not promise
 //
 // A Lease is valid until Until, by this process's monotonic clock, provided

@@ -17,7 +17,7 @@ func miniNodes(t *testing.T, n int) ([]*miniredis.Miniredis, []Node) {
 	var nodes []Node
 	for range n {
 		m := miniredis.RunT(t)
-		_ = m.Set(markerKey, "0 ?") // trusted: see trust in helpers_test.go
+		_ = m.Set("redlock:memory", "0 ?") // trusted: see trust in helpers_test.go
 		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 		t.Cleanup(func() { c.Close() })
 		servers = append(servers, m)
@@ -35,7 +35,7 @@ func TestMaxAloneIsNotMonotonicPhaseTwoIs(t *testing.T) {
 	setUp := func(t *testing.T) ([]*miniredis.Miniredis, []node) {
 		servers, nodes := miniNodes(t, 3)
 		require.NoError(t, servers[0].Set(counter, "5"))
-		ns, err := newNodes(nodes, &Options{NoAutoPipeline: true})
+		ns, err := newNodes(nodes, &Options{NoAutoPipeline: true}, nil)
 		require.NoError(t, err)
 		return servers, ns
 	}
@@ -49,7 +49,8 @@ func TestMaxAloneIsNotMonotonicPhaseTwoIs(t *testing.T) {
 		phase1 := func(value string, on ...int) uint64 {
 			var tMax uint64
 			for _, i := range on {
-				o, c, err := parseFenced(ns[i].send(ctx, acquireFencedCommand(key, counter, value, 60000)))
+				c1 := acquireFencedCommand(key, counter, value, 60000)
+				o, c, err := parseFenced(c1.Script.Run(ctx, ns[i].Node, c1.Keys, c1.Argv...))
 				require.NoError(t, err)
 				require.Equal(t, Granted, o)
 				tMax = max(tMax, c)

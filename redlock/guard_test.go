@@ -578,7 +578,7 @@ func TestLateHealingExtensionDoesNotOutliveTheRelease(t *testing.T) {
 // The guard's check for a new server process rides in every guarded batch,
 // however the node is reached: SCRIPT EXISTS of the copy of the examine
 // script whose run examined the node, which only that server process has
-// cached (proof.go). A restart that kept the memory (miniredis keeps it, as
+// cached (internal/guard/proof.go). A restart that kept the memory (miniredis keeps it, as
 // an RDB snapshot or AOF would) with an empty script cache is examined at
 // the first batch after it, and so is a SCRIPT FLUSH on the same
 // connections. A node given as a WithTimeout clone (whose own dial hooks

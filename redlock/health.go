@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/redlock/redlock/redlock/internal/guard"
+	"github.com/redlock/redlock/redlock/internal/reply"
 )
 
 // NodeHealth is one node as this Locker sees it: recent round trips and
@@ -96,19 +98,19 @@ func (n node) health(ctx context.Context, now time.Time) NodeHealth {
 	h := NodeHealth{Node: n.index, Name: n.name}
 	h.RTT, h.Failures = n.stats.recent(now)
 	if g := n.guard; g != nil {
-		if err := g.current(now); err != nil {
-			var q *quarantineError
+		if err := g.Current(now); err != nil {
+			var q *guard.QuarantineError
 			if errors.As(err, &q) {
-				h.QuarantineLeft, h.QuarantineCause = q.left, q.cause
+				h.QuarantineLeft, h.QuarantineCause = q.Left, q.Cause
 			}
 		}
-		if g.clock != nil {
+		if c := g.Clock(); c != nil {
 			h.ClockReadBy = ClockByTime
-			if g.expiry.Load() > 0 {
+			if g.ReadsClockByExpiry() {
 				h.ClockReadBy = ClockByExpiry
 			}
-			h.ClockRatePPM, h.ClockRateErrPPM, h.ClockMeasured = g.clock.Rate()
-			h.ClockJumps, h.ClockSamples = g.clock.Jumps(), g.clock.Readings()
+			h.ClockRatePPM, h.ClockRateErrPPM, h.ClockMeasured = c.Rate()
+			h.ClockJumps, h.ClockSamples = c.Jumps(), c.Readings()
 		}
 	}
 	h.Durability = n.durability(ctx)
@@ -123,10 +125,10 @@ func (n node) health(ctx context.Context, now time.Time) NodeHealth {
 		}
 	}
 	if err != nil {
-		h.Err = fmt.Errorf("INFO: %w", denied("INFO (Health reads server, replication and memory)", err))
+		h.Err = fmt.Errorf("INFO: %w", reply.Denied("INFO (Health reads server, replication and memory)", err))
 		return h
 	}
-	f := infoFields(info)
+	f := reply.InfoFields(info)
 	h.Version, h.Role = f["redis_version"], f["role"]
 	if v := f["valkey_version"]; v != "" {
 		h.Version = "valkey " + v
@@ -135,31 +137,6 @@ func (n node) health(ctx context.Context, now time.Time) NodeHealth {
 	h.MaxmemoryPolicy = f["maxmemory_policy"]
 	h.Evicts = evicts(f["maxmemory"], h.MaxmemoryPolicy)
 	return h
-}
-
-// infoFields returns the "name:value" lines of an INFO reply.
-func infoFields(info string) map[string]string {
-	fields := map[string]string{}
-	for _, line := range strings.Split(info, "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
-			fields[k] = v
-		}
-	}
-	return fields
-}
-
-// current is the guard's verdict now, over every marker it examined: the
-// longest quarantine.
-func (g *guard) current(now time.Time) error {
-	g.mu.Lock()
-	var worst memoryState
-	for _, s := range g.memory {
-		if g.clearAt(s).After(g.clearAt(worst)) {
-			worst = s
-		}
-	}
-	g.mu.Unlock()
-	return g.verdictAt(worst, now)
 }
 
 // nodeStats is one node's recent record, which both transports keep.
@@ -194,6 +171,10 @@ func (s *nodeStats) record(now time.Time, rtt time.Duration, failed bool) {
 	s.advance(now)
 	s.buckets[s.last]++
 }
+
+// trip counts a round trip that carried the node's commands (a pipeline's
+// batch: see wire.NewPipeline).
+func (s *nodeStats) trip(at time.Time, rtt time.Duration) { s.record(at, rtt, false) }
 
 // advance moves the buckets on to now. s.mu is held.
 func (s *nodeStats) advance(now time.Time) {

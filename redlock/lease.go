@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redlock/redlock/quorum"
+	"github.com/redlock/redlock/redlock/internal/wire"
 )
 
 // A Lease is one acquisition of a lock. It is safe for concurrent use;
@@ -228,7 +229,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if lk.opts.NoHeal {
 		heal = "0"
 	}
-	c := scriptCommand(extendScript, []string{l.key}, l.value, req.ms, heal).of(l.value, roleExtends).replicated().guardedBy()
+	c := wire.ScriptCommand(extendScript, []string{l.key}, l.value, req.ms, heal).Of(l.value, wire.RoleExtends).Replicated().GuardedBy()
 	round := lk.fanOut(ctx, fan{after: l.acquired, timeout: lk.opts.NodeTimeout}, c, readScript)
 	l.acquired = round
 	tally := round.Decide(ctx, min(lk.opts.NodeTimeout, req.budget), granted)
@@ -364,7 +365,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	if tally.Won {
 		return nil
 	}
-	return lk.roundError(detached, "unlock", scriptCommand(releaseScript, []string{l.key}, l.value), tally)
+	return lk.roundError(detached, "unlock", wire.ScriptCommand(releaseScript, []string{l.key}, l.value), tally)
 }
 
 // Check asks the nodes whether the lease still holds: nil when a majority
@@ -387,7 +388,7 @@ func (l *Lease) Check(ctx context.Context) error {
 		return err
 	}
 	lk := l.locker
-	c := scriptCommand(checkScript, []string{l.key}, l.value).guardedBy()
+	c := wire.ScriptCommand(checkScript, []string{l.key}, l.value).GuardedBy()
 	round := lk.fanOut(ctx, fan{timeout: lk.opts.NodeTimeout}, c, readScript)
 	tally := round.Decide(ctx, lk.opts.NodeTimeout, granted)
 	if !tally.Won {

@@ -9,10 +9,9 @@ import (
 	mathrand "math/rand/v2"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redlock/redlock/drift"
 	"github.com/redlock/redlock/quorum"
+	"github.com/redlock/redlock/redlock/internal/wire"
 )
 
 // MaxKeyLen is the longest lock key accepted, in bytes. Redis allows far
@@ -29,7 +28,9 @@ type Locker struct {
 	inflight tracker  // every call in flight, for Drain
 	releases releases // releases in flight, which acquisitions wait for
 	durable  durableCheck
-	wait     *waitSpec // Options.WaitReplicas/WaitAOF; nil: none
+	// pipelined: some node has a pipeline, which shares a round's command
+	// in its wire form (wire.Command.Bind)
+	pipelined bool
 }
 
 // New returns a Locker over nodes. Each node must be a separate Redis master
@@ -39,7 +40,7 @@ func New(nodes []Node, opts *Options) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	ns, err := newNodes(nodes, &o)
+	ns, err := newNodes(nodes, &o, wire.NewWait(o.WaitReplicas, o.WaitAOF, o.NodeTimeout))
 	if err != nil {
 		return nil, err
 	}
@@ -49,18 +50,11 @@ func New(nodes []Node, opts *Options) (*Locker, error) {
 	if o.RequireDurable && !o.Fencing {
 		return nil, errors.New("redlock: Options.RequireDurable needs Options.Fencing")
 	}
-	wait := newWaitSpec(&o)
-	if wait != nil {
-		for i := range ns {
-			if err := checkReplicable(ns[i]); err != nil {
-				return nil, err
-			}
-			if ns[i].pipe != nil {
-				ns[i].pipe.wait = wait
-			}
-		}
+	l := &Locker{nodes: ns, opts: o, bound: o.bound()}
+	for _, n := range ns {
+		l.pipelined = l.pipelined || n.pipelined
 	}
-	return &Locker{nodes: ns, opts: o, bound: o.bound(), wait: wait}, nil
+	return l, nil
 }
 
 // TryLock makes one attempt to acquire key for ttl. It returns the lease, or
@@ -204,13 +198,13 @@ func (l *Locker) attempt(ctx context.Context, req request) (*Lease, error) {
 	value := newValue()
 	start := l.opts.Clock.Now() // before the first send
 	earlier := l.releases.snapshot(req.key)
-	c, read := acquireCommand(req.key, value, req.ms), readAcquire(value)
+	c, read := acquireCommand(req.key, value, req.ms), readAcquire
 	var counters []uint64 // phase-1 fencing counters; counters[i] is written by node i's reply
 	if req.counter != "" {
 		counters = make([]uint64, len(l.nodes))
-		c, read = acquireFencedCommand(req.key, req.counter, value, req.ms), readFenced(counters)
+		c, read = acquireFencedCommand(req.key, req.counter, value, req.ms), readFenced
 	}
-	round := l.fanOut(ctx, fan{earlier: earlier, timeout: l.opts.NodeTimeout}, c, read)
+	round := l.fanOut(ctx, fan{earlier: earlier, timeout: l.opts.NodeTimeout, value: value, counters: counters}, c, read)
 	// Waiting past the budget is pointless: no validity would be left.
 	tally := round.Decide(ctx, min(l.opts.NodeTimeout, req.budget), granted)
 	until := start.Add(req.budget - l.fastClocks(tally, req.granted))
@@ -241,8 +235,8 @@ func (l *Locker) attempt(ctx context.Context, req request) (*Lease, error) {
 func (l *Locker) fastClocks(tally quorum.Tally[Outcome], ttl time.Duration) time.Duration {
 	excess := 0.0
 	for i, v := range tally.Votes {
-		if g := l.nodes[i].guard; v.Accepted && g != nil && g.clock != nil {
-			excess = max(excess, g.clock.Excess())
+		if g := l.nodes[i].guard; v.Accepted && g != nil {
+			excess = max(excess, g.Excess())
 		}
 	}
 	return time.Duration(float64(ttl) * excess)
@@ -267,121 +261,6 @@ func (l *Locker) waitGranted(round *quorum.Round[Outcome], tally quorum.Tally[Ou
 	}
 }
 
-// fan says how a round is sent, beyond its command.
-type fan struct {
-	// after: a node's command is sent only once after's call on that node
-	// has returned, so that it cannot overtake it (a release must not reach
-	// a node before that node's SET). A pipelined node needs no waiting: its
-	// commands run in the order they were queued.
-	after *quorum.Round[Outcome]
-	// earlier: this Locker's releases of the key, on nodes without a
-	// pipeline, to wait for before sending (see releases).
-	earlier []chan struct{}
-	// skip, if set, says whether node i's command is not sent, and why:
-	// called once after has settled on a node without a pipeline, and at
-	// queuing time on a pipelined one.
-	skip func(i int) error
-	// timeout: without a pipeline, each call's context ends this long after
-	// the call is sent. That bounds the call for clients that honour context
-	// deadlines; the vote is bounded by Decide.
-	timeout time.Duration
-	// release: the key this round releases, recorded in l.releases for
-	// nodes without a pipeline.
-	release string
-}
-
-// fanOut sends c to every node and returns the round, whose replies read
-// turns into votes. Pipelined nodes get it queued on their pipeline; the
-// others get a goroutine each.
-func (l *Locker) fanOut(ctx context.Context, f fan, c command, read reader) *quorum.Round[Outcome] {
-	round := quorum.Begin[Outcome](len(l.nodes))
-	l.inflight.add(len(l.nodes))
-	var wire []any // c as pipelines send it, shared by all nodes
-	for i, n := range l.nodes {
-		if n.pipe == nil {
-			var finish func()
-			if f.release != "" {
-				finish = l.releases.start(f.release, i, len(l.nodes))
-			}
-			go l.call(ctx, f, round, n, c, read, finish)
-			continue
-		}
-		if f.skip != nil {
-			if err := f.skip(i); err != nil {
-				settle(round, &l.inflight, i, Failed, err)
-				continue
-			}
-		}
-		if wire == nil {
-			wire = c.wire()
-		}
-		j := job{cmd: redis.NewCmd(ctx, wire...), key: c.key, lease: c.lease, role: c.role, replicate: c.replicate && l.wait != nil, guarded: c.guarded && n.guard != nil, timeout: f.timeout, src: c.source(), round: round, node: i, read: read, calls: &l.inflight, stats: n.stats}
-		if c.readsRaw() {
-			j.raw = redis.NewRawCmd(ctx, wire...)
-		}
-		if !n.pipe.submit(j) {
-			settle(round, &l.inflight, i, Failed, errNodeBusy)
-		}
-	}
-	return round
-}
-
-// call sends c to n, which has no pipeline, and delivers the vote.
-func (l *Locker) call(ctx context.Context, f fan, round *quorum.Round[Outcome], n node, c command, read reader, finish func()) {
-	var took time.Duration // the call's round trip, once sent
-	o, err := func() (Outcome, error) {
-		if f.after != nil {
-			<-f.after.Settled(n.index)
-		}
-		if f.skip != nil {
-			if err := f.skip(n.index); err != nil {
-				return Failed, err
-			}
-		}
-		if !n.admit() {
-			return Failed, errNodeBusy
-		}
-		defer n.sending.Add(-1)
-		sent := time.Now()
-		defer func() { took = time.Since(sent) }()
-		callCtx, cancel := context.WithTimeout(ctx, f.timeout)
-		defer cancel()
-		if err := waitFor(callCtx, f.earlier, n.index); err != nil {
-			return Failed, fmt.Errorf("waiting for this Locker's earlier release on the node: %w", err)
-		}
-		w := l.wait
-		if !c.replicate {
-			w = nil
-		}
-		g := n.guard
-		if !c.guarded {
-			g = nil
-		}
-		if w != nil || g != nil {
-			cmd, notReplicated, verdict := n.sendPaired(callCtx, c, w, g)
-			o, err := read(n.index, cmd)
-			o, err = replicatedVote(o, err, notReplicated)
-			return guardedVote(o, err, verdict)
-		}
-		return read(n.index, n.send(callCtx, c))
-	}()
-	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-		err = nodeTimeout(f.timeout, err) // the call's own deadline, not the caller's
-	}
-	if finish != nil {
-		finish()
-	}
-	n.stats.record(time.Now(), took, err != nil)
-	settle(round, &l.inflight, n.index, o, err)
-}
-
-// settle delivers node i's vote in round and counts its call as over in
-// calls; both transports end every call here.
-func settle(round *quorum.Round[Outcome], calls *tracker, i int, o Outcome, err error) {
-	round.Deliver(i, o, err)
-	calls.done()
-}
-
 // release sends the compare-and-delete of key's value to every node, each
 // after that node's call in acquired (see fan.after). It is cleanup, so it
 // runs detached from the caller's context (a caller who gave up still cleans
@@ -390,15 +269,15 @@ func settle(round *quorum.Round[Outcome], calls *tracker, i int, o Outcome, err 
 // still worth sending until the key would have expired anyway.
 func (l *Locker) release(ctx context.Context, key, value string, acquired *quorum.Round[Outcome], ttl time.Duration) *quorum.Round[Outcome] {
 	f := fan{after: acquired, timeout: max(ttl, l.opts.NodeTimeout), release: key}
-	return l.fanOut(context.WithoutCancel(ctx), f, scriptCommand(releaseScript, []string{key}, value).of(value, roleReleases), readScript)
+	return l.fanOut(context.WithoutCancel(ctx), f, wire.ScriptCommand(releaseScript, []string{key}, value).Of(value, wire.RoleReleases), readScript)
 }
 
 func granted(o Outcome, err error) bool { return err == nil && o == Granted }
 
 // roundError describes a round that did not succeed: see QuorumError.
 // c is the round's command: a node's ACL refusal is explained in its terms.
-func (l *Locker) roundError(ctx context.Context, op string, c command, tally quorum.Tally[Outcome]) *QuorumError {
-	e := &QuorumError{Op: op, Key: c.key, Need: tally.Need, Granted: tally.Accepted, Nodes: make([]NodeResult, len(tally.Votes))}
+func (l *Locker) roundError(ctx context.Context, op string, c wire.Command, tally quorum.Tally[Outcome]) *QuorumError {
+	e := &QuorumError{Op: op, Key: c.Key, Need: tally.Need, Granted: tally.Accepted, Nodes: make([]NodeResult, len(tally.Votes))}
 	taken, missing := 0, 0
 	for i, v := range tally.Votes {
 		e.Nodes[i] = NodeResult{Node: i, Name: l.nodes[i].name, Outcome: v.Value, Err: explainDenied(c, v.Err)}

@@ -10,9 +10,10 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlock/redlock/redlock/internal/guard"
+	"github.com/redlock/redlock/redlock/internal/wire"
 )
 
 // Node is one independent Redis master. *redis.Client, *redis.ClusterClient,
@@ -28,84 +29,47 @@ type Node interface {
 	Do(ctx context.Context, args ...any) *redis.Cmd
 }
 
+// The coordinator's scripts; the guard's are beside it (internal/guard).
 var (
 	//go:embed scripts/release.lua
 	releaseLua    string
-	releaseScript = newScript("release", "GET, DEL", releaseLua)
+	releaseScript = wire.NewScript("release", "GET, DEL", releaseLua)
 
 	//go:embed scripts/extend.lua
 	extendLua    string
-	extendScript = newScript("extend", "GET, PEXPIRE, SET", extendLua)
+	extendScript = wire.NewScript("extend", "GET, PEXPIRE, SET", extendLua)
 
 	//go:embed scripts/check.lua
 	checkLua    string
-	checkScript = newScript("check", "GET", checkLua)
+	checkScript = wire.NewScript("check", "GET", checkLua)
 
 	//go:embed scripts/acquire_fenced.lua
 	acquireFencedLua    string
-	acquireFencedScript = newScript("fenced acquire", "GET, SET, INCR", acquireFencedLua)
+	acquireFencedScript = wire.NewScript("fenced acquire", "GET, SET, INCR", acquireFencedLua)
 
 	//go:embed scripts/fence.lua
 	fenceLua    string
-	fenceScript = newScript("fence", "GET, SET", fenceLua)
+	fenceScript = wire.NewScript("fence", "GET, SET", fenceLua)
 )
 
-// script is a Lua script with its source, which a pipeline resends in full
-// when a node answers EVALSHA with NOSCRIPT, and what an error says of it.
-type script struct {
-	*redis.Script
-	src   string
-	name  string // as errors name it: "the release script"
-	calls string // the commands it calls, which the node's ACL must allow
-}
-
-func newScript(name, calls, src string) *script {
-	return &script{Script: redis.NewScript(src), src: src, name: name, calls: calls}
-}
-
-// node is a Node with the name used in errors.
+// node is a Node with the name used in errors, its transport and its guard.
 type node struct {
 	Node
-	index   int
-	name    string
-	label   uint64        // the low bits of the fencing tokens it owns (see labelNodes)
-	pipe    *pipeline     // the node's auto-pipeline; nil: a goroutine and pooled connection per call
-	sending *atomic.Int32 // calls sent and not yet returned, without pipe
-	guard   *guard        // nil: Options.NoQuarantine
-	stats   *nodeStats    // for Health
-	outside *outsiders    // a Redis Cluster node's clients of masters its ClusterClient does not offer (see cluster.go); nil elsewhere
+	index int
+	name  string
+	label uint64    // the low bits of the fencing tokens it owns (see labelNodes)
+	link  wire.Link // the node's transport: its auto-pipeline, or the direct transport
+	// pipelined: link is a pipeline, which keeps order per key itself.
+	pipelined bool
+	guard     *guard.Guard // nil: Options.NoQuarantine
+	stats     *nodeStats   // for Health
 }
 
-// maxSending bounds the calls one Locker has outstanding on one node that has
-// no pipeline (a pipeline bounds its own queue). A node
-// that stops answering would otherwise collect a goroutine (and a pooled
-// connection, or a place in the pool's queue) for every call made to it,
-// until the client library's timeouts free them; past the bound, calls to it
-// fail at once. Releases refused this way leave that node's key to expire.
-const maxSending = 128
-
-var errNodeBusy = errors.New("redlock: too many calls outstanding on the node (it is not answering)")
-
-// errNodeTimeout is the error of a call that ran out of its own time
-// (NodeTimeout, or a release's TTL). It deliberately does not match
-// context.DeadlineExceeded, which callers read as their own deadline.
-var errNodeTimeout = errors.New("redlock: no reply from the node in time")
-
-func nodeTimeout(d time.Duration, err error) error {
-	return fmt.Errorf("%w (%v): %v", errNodeTimeout, d, err)
-}
-
-func (n node) admit() bool {
-	if n.sending.Add(1) > maxSending {
-		n.sending.Add(-1)
-		return false
-	}
-	return true
-}
-
-// newNodes checks the nodes passed to New: at least one, none nil, none twice.
-// Unless o.NoAutoPipeline, each *redis.Client gets a pipeline.
-func newNodes(nodes []Node, o *Options) ([]node, error) {
+// newNodes checks the nodes passed to New: at least one, none nil, none
+// twice, and gives each its guard and its transport, with w the WAIT that
+// follows commands to replicate (nil: none). Unless o.NoAutoPipeline, each
+// *redis.Client gets a pipeline.
+func newNodes(nodes []Node, o *Options, w *wire.Wait) ([]node, error) {
 	if len(nodes) == 0 {
 		return nil, errors.New("redlock: no nodes")
 	}
@@ -129,9 +93,9 @@ func newNodes(nodes []Node, o *Options) ([]node, error) {
 		if addr == "" {
 			identities[i] = fmt.Sprintf("~%06d", i) // after every address, in list order
 		}
-		out[i] = node{Node: n, index: i, name: name, sending: new(atomic.Int32), stats: new(nodeStats)}
-		if _, ok := n.(*redis.ClusterClient); ok {
-			out[i].outside = new(outsiders)
+		out[i] = node{Node: n, index: i, name: name, stats: new(nodeStats)}
+		if w != nil && !wire.CanWait(n) {
+			return nil, fmt.Errorf("redlock: %s is a %T: Options.WaitReplicas and WaitAOF need a *redis.Client or *redis.ClusterClient, whose WAIT can follow the command on its connection", name, n)
 		}
 		if !o.NoQuarantine {
 			if r, ok := n.(*redis.Ring); ok && len(r.Options().Addrs) > 1 {
@@ -140,10 +104,16 @@ func newNodes(nodes []Node, o *Options) ([]node, error) {
 				return nil, fmt.Errorf("redlock: node %d is a *redis.Ring of %d shards: the node guard cannot watch more than one server per node (give each shard as a node of its own, or set Options.NoQuarantine)", i, len(r.Options().Addrs))
 			}
 			_, cluster := n.(*redis.ClusterClient)
-			out[i].guard = newGuard(o, cluster, declared)
+			out[i].guard = guard.New(guard.Config{MaxTTL: o.MaxTTL, WaitReplicas: o.WaitReplicas, Bound: o.bound(), Clock: o.Clock, Cluster: cluster, Declared: declared})
+		}
+		var rider wire.Rider[guard.Companions] // a nil interface, not a nil *Guard, without the guard
+		if out[i].guard != nil {
+			rider = out[i].guard
 		}
 		if c, ok := n.(*redis.Client); ok && !o.NoAutoPipeline {
-			out[i].pipe = &pipeline{client: c, stallAfter: stallAfter(o.NodeTimeout), guard: out[i].guard}
+			out[i].link, out[i].pipelined = wire.NewPipeline(c, w, rider, wire.StallAfter(o.NodeTimeout), out[i].stats.trip), true
+		} else {
+			out[i].link = wire.NewDirect(n, w, rider)
 		}
 	}
 	labelNodes(out, identities)
@@ -194,121 +164,33 @@ func describe(i int, n Node) (name, addr string, identity any) {
 	return name, "", name // not comparable: cannot tell, so treat as distinct
 }
 
-// command is what a round sends to each node: a plain command, or a script
-// with its keys and arguments.
-type command struct {
-	key    string // the first key, whose order a pipeline keeps
-	args   []any
-	script *script
-	keys   []string
-	argv   []any
-	lease  string // the value of the lease it acts for, where it matters (see role)
-	role   role
-	// replicate: a grant counts only once WAIT (Options.WaitReplicas)
-	// acknowledged it. Acquisitions, extensions and fencing phase 2.
-	replicate bool
-	// guarded: the node guard's verdict decides whether its vote counts
-	// (see guard.go). Acquisitions, extensions and checks.
-	guarded bool
-}
-
-// role tells a pipeline which commands of one lease may be withdrawn before
-// they are sent (see pipeline.withdraw).
-type role uint8
-
-const (
-	roleOther    role = iota
-	roleSets          // puts the lease's value on the node (an acquisition)
-	roleFences        // fencing phase 2, which follows roleSets
-	roleReleases      // deletes the lease's value
-	roleExtends       // extends the lease, and may set its value again (healing)
-)
-
-func scriptCommand(s *script, keys []string, argv ...any) command {
-	return command{key: keys[0], script: s, keys: keys, argv: argv}
-}
-
-// of marks c as acting for the lease with value, in role r.
-func (c command) of(value string, r role) command {
-	c.lease, c.role = value, r
-	return c
-}
-
-// replicated marks c as a write whose grant must be replicated.
-func (c command) replicated() command {
-	c.replicate = true
-	return c
-}
-
-// guardedBy marks c as a command whose vote the node guard judges.
-func (c command) guardedBy() command {
-	c.guarded = true
-	return c
-}
-
-// wire is the command as a pipeline sends it: a script goes as EVALSHA.
-// Every node's command shares the slice, which nothing writes.
-func (c command) wire() []any {
-	if c.script == nil {
-		return c.args
-	}
-	a := make([]any, 0, 3+len(c.keys)+len(c.argv))
-	a = append(a, "evalsha", c.script.Hash(), len(c.keys))
-	for _, k := range c.keys {
-		a = append(a, k)
-	}
-	return append(a, c.argv...)
-}
-
-// source is the script's source, or "" for a plain command.
-func (c command) source() string {
-	if c.script == nil {
-		return ""
-	}
-	return c.script.src
-}
-
-// send sends c on the node's client (not its pipeline). A script goes as
-// EVALSHA, then EVAL on NOSCRIPT.
-func (n node) send(ctx context.Context, c command) *redis.Cmd {
-	if c.script != nil {
-		return c.script.Run(ctx, n.Node, c.keys, c.argv...)
-	}
-	return n.Do(ctx, c.args...)
-}
-
-// reader reads node i's reply to a round's command.
-type reader func(i int, cmd *redis.Cmd) (Outcome, error)
-
 // acquireCommand is SET key value NX PX ms GET. GET makes the reply tell the
 // cases apart (see readAcquire).
-func acquireCommand(key, value string, ms int64) command {
-	return command{key: key, args: []any{"SET", key, value, "NX", "PX", ms, "GET"}}.of(value, roleSets).replicated().guardedBy()
+func acquireCommand(key, value string, ms int64) wire.Command {
+	return wire.Command{Key: key, Args: []any{"SET", key, value, "NX", "PX", ms, "GET"}}.Of(value, wire.RoleSets).Replicated().GuardedBy()
 }
 
 // readAcquire reads acquireCommand's reply: nil means this call set the key;
-// the old value equal to ours means an earlier try of this very call (a
+// the old value equal to the lease's (b.value) means an earlier try of this very call (a
 // client-library retry after a lost reply) set it, which is a grant too; any
 // other value is contention.
-func readAcquire(value string) reader {
-	return func(_ int, cmd *redis.Cmd) (Outcome, error) {
-		old, err := cmd.Text()
-		switch {
-		case errors.Is(err, redis.Nil):
-			return Granted, nil
-		case err != nil:
-			return Failed, err
-		case old == value:
-			return Granted, nil
-		}
-		return Taken, nil
+func readAcquire(b *ballot, _ int, cmd *redis.Cmd) (Outcome, error) {
+	old, err := cmd.Text()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return Granted, nil
+	case err != nil:
+		return Failed, err
+	case old == b.value:
+		return Granted, nil
 	}
+	return Taken, nil
 }
 
 // readScript reads the reply of the release, extend, check and fence
 // scripts: 1 done, 0 the key is missing, -1 another value holds it, and
 // from a healing extension 2: the key was missing and is set again.
-func readScript(_ int, cmd *redis.Cmd) (Outcome, error) {
+func readScript(_ *ballot, _ int, cmd *redis.Cmd) (Outcome, error) {
 	code, err := cmd.Int64()
 	if err != nil {
 		return Failed, err

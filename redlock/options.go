@@ -115,7 +115,7 @@ type Options struct {
 	//
 	// The node guard quarantines a promoted replica for MaxTTL unless every
 	// guarded Locker's WaitReplicas is at least the number of replicas the
-	// node had (see failover.go): give every Locker of a deployment the
+	// node had (see internal/guard/failover.go): give every Locker of a deployment the
 	// same value, and no fewer than the replicas each node has, or expect
 	// MaxTTL without the node after each failover.
 	// Default 0: no WAIT; must not be negative.

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlock/redlock/redlock/internal/reply"
+	"github.com/redlock/redlock/redlock/internal/wire"
 )
 
 // Warm readies every node for a first acquisition that is as fast as the
@@ -80,7 +82,7 @@ collect:
 }
 
 // warmScripts are the scripts Warm loads: every one the coordinator sends.
-var warmScripts = []*script{releaseScript, extendScript, checkScript, acquireFencedScript, fenceScript}
+var warmScripts = []*wire.Script{releaseScript, extendScript, checkScript, acquireFencedScript, fenceScript}
 
 // warm dials the node and loads the scripts, so that neither a handshake
 // nor a NOSCRIPT round trip falls on a lock's first call. A *redis.Client
@@ -89,12 +91,12 @@ var warmScripts = []*script{releaseScript, extendScript, checkScript, acquireFen
 // idle.
 func (n node) warm(ctx context.Context) error {
 	if err := n.dial(ctx); err != nil {
-		return fmt.Errorf("PING: %w", denied("PING", err))
+		return fmt.Errorf("PING: %w", reply.Denied("PING", err))
 	}
 	for _, s := range warmScripts {
-		sha, err := n.ScriptLoad(ctx, s.src).Result()
+		sha, err := n.ScriptLoad(ctx, s.Src).Result()
 		if err != nil {
-			return fmt.Errorf("SCRIPT LOAD: %w", denied("SCRIPT LOAD of the "+s.name+" script", err))
+			return fmt.Errorf("SCRIPT LOAD: %w", reply.Denied("SCRIPT LOAD of the "+s.Name+" script", err))
 		}
 		if !strings.EqualFold(sha, s.Hash()) {
 			return fmt.Errorf("SCRIPT LOAD: the node named the script %s, not its SHA-1 %s", sha, s.Hash())
@@ -103,10 +105,10 @@ func (n node) warm(ctx context.Context) error {
 	// The node guard examines the node now rather than on the first lock.
 	// Never with SCRIPT LOAD: the examine script's presence in the cache
 	// tells every Locker that the node was examined since its process
-	// started (see guard.go). A Redis Cluster node has a marker per slot:
-	// each is examined on its first use.
-	if n.guard != nil && !n.guard.cluster {
-		if _, _, err := n.guard.examine(ctx, n.Node, markerKey); err != nil {
+	// started (see internal/guard). A Redis Cluster node has a marker per
+	// slot: each is examined on its first use.
+	if n.guard != nil {
+		if err := n.guard.Warm(ctx, n.Node); err != nil {
 			return err
 		}
 	}

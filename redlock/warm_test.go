@@ -114,7 +114,7 @@ type evalCounter struct {
 }
 
 // Eval counts the lock's own scripts: the node guard's examine script is
-// never loaded (see guard.go), so Warm runs it with EVAL.
+// never loaded (see internal/guard), so Warm runs it with EVAL.
 func (e *evalCounter) Eval(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
 	if !strings.HasPrefix(keys[0], "redlock:memory") {
 		e.evals.Add(1)

@@ -10,14 +10,37 @@ import (
 
 const module = "github.com/redlock/redlock"
 
+// goRedis is the client library, which only the packages that talk to
+// Redis import.
+const goRedis = "github.com/redis/go-redis/v9"
+
 // allowed lists, for each package of the library, the non-standard imports it
-// may have. Standard-library imports are always allowed.
+// may have (paths inside the module are relative to it). Standard-library
+// imports are always allowed; a package not listed is not checked (commands
+// and tests, which nothing imports).
+//
+// The arrows, from the bottom up (docs/architecture.md draws them):
+//   - clock, drift and quorum: pure support packages, the standard library
+//     only.
+//   - redlock/internal/reply reads what a node says (ACL refusals, INFO,
+//     redirections): go-redis only.
+//   - redlock/internal/wire, the transport: go-redis and reply; never the
+//     coordinator nor the guard. It knows what a command is, not what a
+//     lock is.
+//   - redlock/internal/guard, the node guard's engine: the transport's
+//     contract (it rides with it as a wire.Rider), reply, and the support
+//     packages; never the coordinator.
+//   - redlock, the coordinator: all of the above, the only package that
+//     ties them together.
 var allowed = map[string][]string{
-	"clock":   nil,
-	"drift":   nil,
-	"quorum":  nil,
-	"redlock": {"clock", "drift", "quorum", "internal/hashtag", "github.com/redis/go-redis/v9"},
-	"fence":   {"internal/hashtag", "github.com/redis/go-redis/v9"},
+	"clock":                  nil,
+	"drift":                  nil,
+	"quorum":                 nil,
+	"redlock/internal/reply": {goRedis},
+	"redlock/internal/wire":  {"redlock/internal/reply", goRedis},
+	"redlock/internal/guard": {"redlock/internal/wire", "redlock/internal/reply", "clock", "drift", "internal/hashtag", goRedis},
+	"redlock":                {"clock", "drift", "quorum", "internal/hashtag", "redlock/internal/wire", "redlock/internal/guard", "redlock/internal/reply", goRedis},
+	"fence":                  {"internal/hashtag", goRedis},
 }
 
 type pkg struct {
@@ -49,17 +72,15 @@ func listPackages(t *testing.T) []pkg {
 
 func isStandard(path string) bool { return !strings.Contains(strings.SplitN(path, "/", 2)[0], ".") }
 
-func TestImportArrows(t *testing.T) {
-	pkgs := listPackages(t)
-	if len(pkgs) < 4 {
-		t.Fatalf("go list found %d packages", len(pkgs))
-	}
+// violations returns every import among pkgs that the arrows above forbid.
+func violations(pkgs []pkg) []string {
+	var out []string
 	for _, p := range pkgs {
 		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
 		for _, imp := range p.Imports {
 			irel, inModule := strings.CutPrefix(imp, module+"/")
 			if inModule && (strings.HasPrefix(irel, "cmd/") || strings.HasPrefix(irel, "test/")) {
-				t.Errorf("%s imports %s: nothing may import cmd/ or test/", p.ImportPath, imp)
+				out = append(out, p.ImportPath+" imports "+imp+": nothing may import cmd/ or test/")
 			}
 			want, isLibrary := allowed[rel]
 			if !isLibrary || isStandard(imp) {
@@ -72,8 +93,53 @@ func TestImportArrows(t *testing.T) {
 				}
 			}
 			if !ok {
-				t.Errorf("%s imports %s, which shared/STYLE.md does not allow", p.ImportPath, imp)
+				out = append(out, p.ImportPath+" imports "+imp+", which the arrows (shared/STYLE.md, docs/architecture.md) do not allow")
 			}
 		}
+	}
+	return out
+}
+
+func TestImportArrows(t *testing.T) {
+	pkgs := listPackages(t)
+	if len(pkgs) < 4 {
+		t.Fatalf("go list found %d packages", len(pkgs))
+	}
+	seen := map[string]bool{}
+	for _, p := range pkgs {
+		seen[strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")] = true
+	}
+	for rel := range allowed {
+		if !seen[rel] {
+			t.Errorf("package %s, whose arrows this test states, is gone: update the table", rel)
+		}
+	}
+	for _, v := range violations(pkgs) {
+		t.Error(v)
+	}
+}
+
+// The check itself bites: each arrow run the wrong way is reported.
+func TestWrongArrowsAreReported(t *testing.T) {
+	for _, tc := range []struct{ from, imports string }{
+		{"redlock/internal/wire", "redlock"},                // the transport knows no lock
+		{"redlock/internal/wire", "redlock/internal/guard"}, // nor the guard: it rides by the contract
+		{"redlock/internal/guard", "redlock"},               // the guard's engine knows no coordinator
+		{"redlock/internal/guard", "quorum"},                // nor the vote
+		{"redlock/internal/reply", "redlock/internal/wire"},
+		{"drift", goRedis},
+		{"redlock", "cmd/redlock-bench"},
+	} {
+		imp := tc.imports
+		if !strings.Contains(imp, ".") {
+			imp = module + "/" + imp
+		}
+		got := violations([]pkg{{ImportPath: module + "/" + tc.from, Imports: []string{imp}}})
+		if len(got) == 0 {
+			t.Errorf("%s importing %s was not reported", tc.from, tc.imports)
+		}
+	}
+	if got := violations([]pkg{{ImportPath: module + "/redlock/internal/guard", Imports: []string{module + "/redlock/internal/wire", "context"}}}); len(got) != 0 {
+		t.Errorf("an allowed arrow was reported: %v", got)
 	}
 }

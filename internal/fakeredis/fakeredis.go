@@ -127,7 +127,7 @@ func serve(c net.Conn, expiry int64) error {
 	}
 }
 
-// markerKey is the node guard's marker (redlock's guard.go).
+// markerKey is the node guard's marker (redlock/internal/guard).
 const markerKey = "redlock:memory"
 
 // Replies that serve completes.

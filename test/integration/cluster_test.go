@@ -71,7 +71,7 @@ func TestClusterAsOneNode(t *testing.T) {
 	require.ErrorIs(t, master.Client.Get(ctx, key).Err(), redis.Nil, "the refused grant's key")
 	// Unguarded: a guarded Locker that waits for no replica would take
 	// back the marker's word that every grant reaches every replica, and
-	// the failover below would be quarantined (see redlock/failover.go).
+	// the failover below would be quarantined (see redlock/internal/guard/failover.go).
 	unacknowledged := untrustingLocker(t, []redlock.Node{cc}, &redlock.Options{Fencing: true, NodeTimeout: time.Second, NoQuarantine: true})
 	p, err := unacknowledged.TryLock(ctx, key, time.Minute)
 	require.NoError(t, err, "without WaitReplicas")

@@ -14,7 +14,7 @@ import (
 	"github.com/redlock/redlock/test/integration/procs"
 )
 
-// The node guard's failover rule (redlock/failover.go): a promoted replica
+// The node guard's failover rule (redlock/internal/guard/failover.go): a promoted replica
 // is judged by the replication history its memory came from, never by the
 // age of its process. Redis replicates asynchronously, so a replica may
 // lack its primary's last grants whether it started a minute or a month

@@ -46,7 +46,7 @@ func TestClusterSlotMigration(t *testing.T) {
 	// that do not wait trust them after it, so that the markers say from
 	// the start that not every grant reaches every replica (had they said
 	// otherwise, the first round trip of a Locker that waits for none
-	// would take that back, and fail: see redlock/failover.go).
+	// would take that back, and fail: see redlock/internal/guard/failover.go).
 	waiting := newLockerOn(t, []redlock.Node{cluster.Client(t)}, &redlock.Options{WaitReplicas: 1, NodeTimeout: 2 * time.Second})
 	fenced := newLockerOn(t, []redlock.Node{cc}, &redlock.Options{Fencing: true, NodeTimeout: time.Second})
 	plain := newLockerOn(t, []redlock.Node{cc}, &redlock.Options{NodeTimeout: time.Second})

@@ -1,18 +1,19 @@
-package redlock
+package wire
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock/redlock/redlock/internal/reply"
 )
 
 // A replicated command on a Redis Cluster node cannot go through the
 // ClusterClient: its WAIT has no key, so the ClusterClient would send it to
-// any node, not on the command's connection. So sendReplicated sends the
+// any node, not on the command's connection. So sendPaired sends the
 // pair to the master of the key's slot itself, and must then do what the
 // ClusterClient does for its own commands:
 //   - MOVED (the slot has a new master: a migration finished, or a failover
@@ -49,16 +50,16 @@ type pipeliner interface {
 
 // routeFor returns the route for key: the node itself, or for a Redis
 // Cluster, the master of key's slot as the ClusterClient knows it.
-func (n node) routeFor(ctx context.Context, key string) (clusterRoute, error) {
-	cc, ok := n.Node.(*redis.ClusterClient)
+func (d *Direct[R]) routeFor(ctx context.Context, key string) (clusterRoute, error) {
+	cc, ok := d.node.(*redis.ClusterClient)
 	if !ok {
-		return clusterRoute{conn: n.Node.(pipeliner)}, nil
+		return clusterRoute{conn: d.node.(pipeliner)}, nil
 	}
 	m, err := cc.MasterForKey(ctx, key)
 	if err != nil {
 		return clusterRoute{}, fmt.Errorf("redlock: the master for %q: %w", key, err)
 	}
-	return clusterRoute{conn: m, cluster: cc, outside: n.outside}, nil
+	return clusterRoute{conn: m, cluster: cc, outside: d.outside}, nil
 }
 
 // follow reacts to a cluster node's error: it reports true when the command
@@ -70,7 +71,7 @@ func (r *clusterRoute) follow(ctx context.Context, err error) bool {
 	if r.cluster == nil || err == nil || errors.Is(err, redis.Nil) {
 		return false
 	}
-	ask, addr, ok := redirection(err)
+	ask, addr, ok := reply.Redirection(err)
 	if !ok {
 		var serverErr redis.Error
 		if !errors.As(err, &serverErr) || redis.HasErrorPrefix(err, "CLUSTERDOWN") {
@@ -96,15 +97,6 @@ func (r *clusterRoute) follow(ctx context.Context, err error) bool {
 	r.conn, r.asking = master, ask
 	r.redirects++
 	return true
-}
-
-// redirection parses "MOVED <slot> <addr>" and "ASK <slot> <addr>".
-func redirection(err error) (ask bool, addr string, ok bool) {
-	f := strings.Fields(err.Error())
-	if len(f) != 3 || (f[0] != "MOVED" && f[0] != "ASK") {
-		return false, "", false
-	}
-	return f[0] == "ASK", f[2], true
 }
 
 // clusterMasterAt returns the ClusterClient's client for the master at addr,

@@ -1,4 +1,4 @@
-package redlock
+package guard
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlock/redlock/redlock/internal/reply"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -64,7 +65,7 @@ func TestParseMarker(t *testing.T) {
 // The replication companion: another replid, more replicas than the
 // marker recorded, or a reply without those fields sends the guard to
 // examine again; fewer replicas or the same do not. An ACL refusal is a
-// named ErrNoPermission, and any other error fails the votes.
+// named reply.ErrNoPermission, and any other error fails the votes.
 func TestReplicationCompanion(t *testing.T) {
 	h := history{replid: "f00d", wait: 2, replicas: 2}
 	reply := func(replid string, slaves string) *redis.StringCmd {
@@ -95,24 +96,13 @@ func TestReplicationCompanion(t *testing.T) {
 	refused := redis.NewStringCmd(t.Context())
 	refused.SetErr(serverError("NOPERM User u has no permissions to run the 'info' command"))
 	_, err = h.changedIn(refused)
-	assert.ErrorIs(t, err, ErrNoPermission)
+	assert.ErrorIs(t, err, errNoPermission)
 	assert.ErrorContains(t, err, "INFO replication")
 
 	failed := redis.NewStringCmd(t.Context())
 	failed.SetErr(errors.New("i/o timeout"))
 	_, err = h.changedIn(failed)
 	assert.ErrorContains(t, err, "i/o timeout")
-}
-
-func TestInfoField(t *testing.T) {
-	info := "role:master\r\nconnected_slaves:2\r\nmaster_replid:ab\r\nmaster_replid2:cd\r\n"
-	for prefix, want := range map[string]string{"role:": "master", "connected_slaves:": "2", "master_replid:": "ab", "master_replid2:": "cd"} {
-		got, ok := infoField(info, prefix)
-		assert.True(t, ok, prefix)
-		assert.Equal(t, want, got, prefix)
-	}
-	_, ok := infoField(info, "slaves:")
-	assert.False(t, ok, "a field is matched whole, at a line's start")
 }
 
 // The vote that a weakening examination fails says why, and for how long.
@@ -140,5 +130,16 @@ func TestEvictionCompanion(t *testing.T) {
 	refused := redis.NewStringCmd(t.Context())
 	refused.SetErr(serverError("NOPERM User u has no permissions to run the 'info' command"))
 	_, err = evictedIn(refused)
-	assert.ErrorIs(t, err, ErrNoPermission)
+	assert.ErrorIs(t, err, errNoPermission)
 }
+
+// serverError is msg as go-redis reads a server's error reply: its reply
+// type, which is internal to go-redis and the static type of
+// redis.ErrNoScript.
+func serverError(msg string) error { return replyError(redis.ErrNoScript, msg) }
+
+func replyError[T ~string](_ T, msg string) error { return any(T(msg)).(error) }
+
+// errNoPermission is reply.ErrNoPermission, for tests whose locals are
+// named reply.
+var errNoPermission = reply.ErrNoPermission

@@ -1,4 +1,4 @@
-package redlock
+package wire
 
 import (
 	"context"
@@ -89,11 +89,11 @@ func submitDo(p *pipeline, args ...any) (submitted, bool) {
 	if len(args) > 1 {
 		key = fmt.Sprint(args[1])
 	}
-	j := job{cmd: redis.NewCmd(context.Background(), args...), key: key, timeout: time.Minute, round: s.round, read: read, calls: s.calls}
+	j := job{cmd: redis.NewCmd(context.Background(), args...), key: key, timeout: time.Minute, to: &roundReceiver{round: s.round, read: read, calls: s.calls}}
 	return s, p.submit(j)
 }
 
-func (p *pipeline) idle() bool {
+func (p *Pipeline[R]) idle() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.senders == 0 && len(p.queue) == 0 && len(p.busy) == 0
@@ -104,7 +104,7 @@ func (p *pipeline) idle() bool {
 func counted(t *testing.T, hooks *pipelineCounter) (*miniredis.Miniredis, *redis.Client, *pipeline) {
 	t.Helper()
 	m := miniredis.RunT(t)
-	_ = m.Set(markerKey, "0 ?") // trusted: see trust in helpers_test.go
+	_ = m.Set("redlock:memory", "0 ?") // trusted: see trust in redlock's helpers_test.go
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { client.Close() })
 	client.AddHook(hooks)
@@ -117,7 +117,7 @@ func counted(t *testing.T, hooks *pipelineCounter) (*miniredis.Miniredis, *redis
 func blackholed(t *testing.T, hooks *pipelineCounter, readTimeout time.Duration) (*faultnet.Proxy, *redis.Client, *pipeline) {
 	t.Helper()
 	m := miniredis.RunT(t)
-	_ = m.Set(markerKey, "0 ?") // trusted: see trust in helpers_test.go
+	_ = m.Set("redlock:memory", "0 ?") // trusted: see trust in redlock's helpers_test.go
 	proxy, err := faultnet.Listen(m.Addr())
 	require.NoError(t, err)
 	t.Cleanup(func() { proxy.Close() })
@@ -219,7 +219,7 @@ func TestPipelineBatchesWhatWaits(t *testing.T) {
 }
 
 // A node that stops answering holds one batch; commands queue behind it up
-// to pipelineQueue, and further ones are refused at once. When the client's
+// to PipelineQueue, and further ones are refused at once. When the client's
 // read timeout ends the stuck batch, every queued command is answered and
 // the sender ends.
 func TestPipelineBoundsAHungNode(t *testing.T) {
@@ -231,7 +231,7 @@ func TestPipelineBoundsAHungNode(t *testing.T) {
 	require.Eventually(t, func() bool { return len(hooks.pipelines()) == 1 }, time.Second, time.Millisecond)
 	var queued []submitted
 	refused := 0
-	for range pipelineQueue + 100 {
+	for range PipelineQueue + 100 {
 		s, ok := submitDo(p, "PING")
 		if !ok {
 			refused++
@@ -239,7 +239,7 @@ func TestPipelineBoundsAHungNode(t *testing.T) {
 		}
 		queued = append(queued, s)
 	}
-	assert.Len(t, queued, pipelineQueue, "the queue holds pipelineQueue commands")
+	assert.Len(t, queued, PipelineQueue, "the queue holds PipelineQueue commands")
 	assert.Equal(t, 100, refused, "past the bound, submissions are refused at once")
 
 	_, err := stuck.round.Result(0)
@@ -278,7 +278,7 @@ func TestPipelineFailsFastWhenTheNodeStopsAnswering(t *testing.T) {
 		select {
 		case <-s.round.Settled(0):
 			_, err := s.round.Result(0)
-			assert.ErrorIs(t, err, errNodeBusy)
+			assert.ErrorIs(t, err, ErrNodeBusy)
 		default:
 			t.Fatal("a queued command still waits behind the stuck batch")
 		}
@@ -307,15 +307,14 @@ func TestPipelineFailsFastWhenTheNodeStopsAnswering(t *testing.T) {
 func TestPipelineResendsScriptsAfterNoscript(t *testing.T) {
 	hooks := &pipelineCounter{}
 	m, client, p := counted(t, hooks)
-	n := node{Node: client, pipe: p}
 	require.NoError(t, m.Set("k", "v"))
 	require.NoError(t, client.ScriptFlush(t.Context()).Err())
 
 	round := quorum.Begin[Outcome](1)
 	calls := &tracker{}
 	calls.add(1)
-	c := scriptCommand(releaseScript, []string{"k"}, "v")
-	require.True(t, n.pipe.submit(job{cmd: redis.NewCmd(t.Context(), c.wire()...), key: c.key, timeout: time.Second, src: c.source(), round: round, read: readScript, calls: calls}))
+	c := ScriptCommand(releaseScript, []string{"k"}, "v")
+	require.True(t, p.submit(job{cmd: redis.NewCmd(t.Context(), c.Wire()...), key: c.Key, timeout: time.Second, src: c.source(), to: &roundReceiver{round: round, read: readScript, calls: calls}}))
 	o, err := round.Result(0)
 	require.NoError(t, err)
 	assert.Equal(t, Granted, o)
@@ -379,155 +378,6 @@ func TestPipelineHoldsBackOnlyTheKeysInFlight(t *testing.T) {
 	}
 }
 
-// errors.Is works through a QuorumError for a refused pipelined call.
-func TestPipelineRefusalIsReported(t *testing.T) {
-	m := miniredis.RunT(t)
-	_ = m.Set(markerKey, "0 ?") // trusted: see trust in helpers_test.go
-	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { client.Close() })
-	l, err := New([]Node{client}, nil)
-	require.NoError(t, err)
-	l.nodes[0].pipe.mu.Lock()
-	l.nodes[0].pipe.queue = make([]job, pipelineQueue) // full
-	l.nodes[0].pipe.senders = maxSenders               // and its senders busy
-	l.nodes[0].pipe.mu.Unlock()
-	_, err = l.TryLock(t.Context(), "k", time.Minute)
-	var qe *QuorumError
-	require.ErrorAs(t, err, &qe)
-	assert.True(t, errors.Is(qe.Nodes[0].Err, errNodeBusy), "got %v", qe.Nodes[0].Err)
-	assert.NoError(t, l.Drain(t.Context()))
-}
-
-// heldNodes returns three miniredis servers and a Locker over them whose
-// node 0 sends its first batch (a PING submitted here) only when the
-// returned release is called: meanwhile node 0's sender is busy, and
-// everything the Locker sends there queues behind it.
-func heldNodes(t *testing.T, opts *Options) (servers []*miniredis.Miniredis, clients []*redis.Client, l *Locker, release func()) {
-	t.Helper()
-	hooks := &pipelineCounter{hold: make(chan struct{})}
-	var nodes []Node
-	for i := range 3 {
-		m := miniredis.RunT(t)
-		_ = m.Set(markerKey, "0 ?") // trusted: see trust in helpers_test.go
-		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
-		t.Cleanup(func() { c.Close() })
-		if i == 0 {
-			c.AddHook(hooks)
-		}
-		servers, clients, nodes = append(servers, m), append(clients, c), append(nodes, c)
-	}
-	l, err := New(nodes, opts)
-	require.NoError(t, err)
-	blocker, ok := submitDo(l.nodes[0].pipe, "PING")
-	require.True(t, ok)
-	require.Eventually(t, func() bool { return len(hooks.pipelines()) == 1 }, 5*time.Second, time.Millisecond, "node 0's first batch is held")
-	var once sync.Once
-	release = func() {
-		once.Do(func() { close(hooks.hold) })
-		_, err := blocker.round.Result(0)
-		require.NoError(t, err)
-	}
-	t.Cleanup(release)
-	return servers, clients, l, release
-}
-
-// After node 0 lost its script cache and cached only the release script
-// again, a fenced acquisition decided by nodes 1 and 2 and unlocked at once
-// leaves node 0 a batch of EVALSHA acquire_fenced, EVALSHA fence and
-// EVALSHA release on one key. The first two answer NOSCRIPT, the release
-// finds nothing to delete; the pipeline must then run all three again in
-// that order, so that the key does not stay on node 0 for its TTL.
-func TestPipelineReleaseNeverOvertakesItsAcquisitionAfterNoscript(t *testing.T) {
-	servers, clients, l, release := heldNodes(t, &Options{Fencing: true, NodeTimeout: 5 * time.Second})
-	require.NoError(t, clients[0].ScriptFlush(t.Context()).Err())
-	require.NoError(t, clients[0].ScriptLoad(t.Context(), releaseLua).Err())
-
-	lease, err := l.TryLock(t.Context(), "k", time.Minute)
-	require.NoError(t, err, "nodes 1 and 2 decide")
-	require.NoError(t, lease.Unlock(t.Context()))
-	release()
-	require.NoError(t, l.Drain(t.Context()))
-	assert.False(t, servers[0].Exists("k"), "node 0 holds %q after its release was sent", "k")
-	counter, err := servers[0].Get("{k}:fencing")
-	require.NoError(t, err, "phase 1 ran on node 0 (once)")
-	assert.Equal(t, "1", counter)
-}
-
-// A release refused by node 0's full queue while its own SET still waits in
-// that queue withdraws the SET: the key never reaches node 0.
-func TestPipelineReleaseWithdrawsItsQueuedSetWhenTheQueueIsFull(t *testing.T) {
-	servers, _, l, release := heldNodes(t, &Options{NodeTimeout: 5 * time.Second})
-	lease, err := l.TryLock(t.Context(), "k", time.Minute)
-	require.NoError(t, err, "nodes 1 and 2 decide")
-	var fillers []submitted
-	for {
-		s, ok := submitDo(l.nodes[0].pipe, "PING")
-		if !ok {
-			break
-		}
-		fillers = append(fillers, s)
-	}
-	require.Len(t, fillers, pipelineQueue-1, "the SET and the fillers fill the queue")
-	acquired := lease.acquired
-	require.NoError(t, lease.Unlock(t.Context()))
-	select {
-	case <-acquired.Settled(0):
-		_, setErr := acquired.Result(0)
-		assert.ErrorIs(t, setErr, errWithdrawn, "the SET was withdrawn before it was sent")
-	default:
-		t.Error("the SET still waits in node 0's queue after its release")
-	}
-
-	release()
-	for _, s := range fillers {
-		_, err := s.round.Result(0)
-		require.NoError(t, err)
-	}
-	require.NoError(t, l.Drain(t.Context()))
-	assert.False(t, servers[0].Exists("k"), "node 0 holds the key that its release was refused for")
-}
-
-// hungNode is a node whose client honours contexts but never answers: each
-// call ends with its context's error, as go-redis's does when a deadline
-// passes while it dials or waits for a pooled connection.
-type hungNode struct{ *redis.Client }
-
-func (h hungNode) Do(ctx context.Context, args ...any) *redis.Cmd {
-	cmd := redis.NewCmd(ctx, args...)
-	<-ctx.Done()
-	cmd.SetErr(ctx.Err())
-	return cmd
-}
-
-// A call that runs out of its own time (NodeTimeout) fails with
-// errNodeTimeout, which callers can tell from their own deadline: it does not
-// match context.DeadlineExceeded. The caller's own deadline still does.
-func TestNodeTimeoutIsNotTheCallersDeadline(t *testing.T) {
-	m := miniredis.RunT(t)
-	_ = m.Set(markerKey, "0 ?") // trusted: see trust in helpers_test.go
-	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { client.Close() })
-	l, err := New([]Node{hungNode{client}}, &Options{NodeTimeout: 20 * time.Millisecond})
-	require.NoError(t, err)
-
-	round := l.fanOut(context.Background(), fan{timeout: l.opts.NodeTimeout}, acquireCommand("k", "v", 1000), readAcquire("v"))
-	_, err = round.Result(0)
-	assert.ErrorIs(t, err, errNodeTimeout)
-	assert.NotErrorIs(t, err, context.DeadlineExceeded, "the node's timeout reads as the caller's deadline: %v", err)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-	defer cancel()
-	round = l.fanOut(ctx, fan{timeout: time.Minute}, acquireCommand("k", "v", 1000), readAcquire("v"))
-	_, err = round.Result(0)
-	assert.ErrorIs(t, err, context.DeadlineExceeded, "the caller's own deadline")
-
-	_, err = l.TryLock(context.Background(), "k", time.Minute)
-	var qe *QuorumError
-	require.ErrorAs(t, err, &qe)
-	assert.NotErrorIs(t, err, context.DeadlineExceeded)
-	require.NoError(t, l.Drain(t.Context()))
-}
-
 // With WaitReplicas, the auto-pipeline sends one WAIT per batch, behind the
 // batch's commands on the same connection (WAIT covers every earlier write
 // of its connection), not one per command; every command of the batch gets
@@ -535,7 +385,7 @@ func TestNodeTimeoutIsNotTheCallersDeadline(t *testing.T) {
 func TestPipelineSendsOneWaitPerBatch(t *testing.T) {
 	hooks := &pipelineCounter{hold: make(chan struct{})}
 	m, _, p := counted(t, hooks)
-	p.wait = newWaitSpec(&Options{WaitReplicas: 1, NodeTimeout: time.Second})
+	p.wait = NewWait(1, false, time.Second)
 	var waits atomic.Int32
 	m.Server().SetPreHook(func(c *server.Peer, cmd string, _ ...string) bool {
 		if !strings.EqualFold(cmd, "WAIT") {
@@ -555,7 +405,7 @@ func TestPipelineSendsOneWaitPerBatch(t *testing.T) {
 			return Granted, nil
 		}
 		j := job{cmd: redis.NewCmd(context.Background(), "SET", key, "v", "NX", "PX", 60000, "GET"), key: key, replicate: true,
-			timeout: time.Minute, round: s.round, read: read, calls: s.calls}
+			timeout: time.Minute, to: &roundReceiver{round: s.round, read: read, calls: s.calls}}
 		require.True(t, p.submit(j))
 		return s
 	}

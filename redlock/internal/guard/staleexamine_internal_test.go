@@ -1,4 +1,4 @@
-package redlock
+package guard
 
 import (
 	"context"
@@ -50,14 +50,12 @@ func TestOlderExaminationOverwritesNewerNeeds(t *testing.T) {
 	m := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { _ = c.Close() })
-	o, err := (&Options{MaxTTL: time.Second}).withDefaults()
-	require.NoError(t, err)
-	g := newGuard(&o, false, new(atomic.Int64))
+	g := testGuard(time.Second)
 	node := &pausingScripter{evictsScripter: evictsScripter{Client: c}, reached: make(chan struct{}), released: make(chan struct{})}
 	ctx := t.Context()
 	require.NoError(t, m.Set(markerKey, "0 ?")) // trusted: no quarantine
 
-	_, _, err = g.examine(ctx, node, markerKey)
+	_, _, err := g.examine(ctx, node, markerKey)
 	require.NoError(t, err)
 
 	// Examination A runs on the node (no eviction policy yet) and is slow

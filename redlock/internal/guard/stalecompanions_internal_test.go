@@ -1,4 +1,4 @@
-package redlock
+package guard
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/redlock/redlock/clock"
+	"github.com/redlock/redlock/drift"
 	"github.com/stretchr/testify/require"
 )
 
@@ -35,9 +37,15 @@ func (e *evictsScripter) EvalSha(ctx context.Context, sha string, keys []string,
 	return e.fix(e.Client.EvalSha(ctx, sha, keys, args...))
 }
 
+// testGuard is a standalone node's guard with the defaults a Locker with
+// this MaxTTL gives it.
+func testGuard(maxTTL time.Duration) *Guard {
+	return New(Config{MaxTTL: maxTTL, Bound: drift.Default, Clock: clock.System{}})
+}
+
 // sendCompanions sends c's companions (but the eviction companion, which
 // miniredis cannot answer) in one pipeline, as a batch would.
-func sendCompanions(t *testing.T, c *redis.Client, cs companions) (time.Time, time.Time) {
+func sendCompanions(t *testing.T, c *redis.Client, cs Companions) (time.Time, time.Time) {
 	sent := time.Now()
 	_, err := c.Pipelined(t.Context(), func(p redis.Pipeliner) error {
 		for _, cmd := range cs.appendTo(nil) {
@@ -62,9 +70,7 @@ func TestStaleCompanionsJudgedByANewerState(t *testing.T) {
 	m := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { _ = c.Close() })
-	o, err := (&Options{MaxTTL: time.Second}).withDefaults()
-	require.NoError(t, err)
-	g := newGuard(&o, false, new(atomic.Int64))
+	g := testGuard(time.Second)
 	node := &evictsScripter{Client: c}
 	ctx := t.Context()
 	require.NoError(t, m.Set(markerKey, "0 ?")) // trusted: no quarantine

@@ -1,4 +1,4 @@
-package redlock
+package wire
 
 import (
 	"bytes"
@@ -22,19 +22,13 @@ import (
 // value. The readers see the same *redis.Cmd either way.
 //
 // An error reply is not read raw: the pipeline sends the command again as
-// a plain command (see pipeline.exec, where NOSCRIPT reruns go too), so that
+// a plain command (see Pipeline.exec, where NOSCRIPT reruns go too), so that
 // go-redis reads the error and does with it all it does for its own
 // commands: its error types (READONLY, LOADING, OOM, NOPERM have their own),
 // its retries and backoff, and retiring a connection that answered
 // READONLY (a demoted primary behind a DNS name or a proxy that moved on).
 // Error replies are rare, so the second round trip costs little; the
 // first one wrote nothing (an error reply to SET sets no key).
-
-// readsRaw reports whether c's reply is read raw: a plain command (not a
-// script) that answers nil on success, which is an acquisition's SET.
-func (c command) readsRaw() bool {
-	return c.script == nil && c.role == roleSets
-}
 
 // setRaw sets on cmd the reply that raw, the same command, got.
 func setRaw(cmd *redis.Cmd, raw *redis.RawCmd) {

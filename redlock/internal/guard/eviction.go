@@ -1,10 +1,11 @@
-package redlock
+package guard
 
 import (
 	"fmt"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlock/redlock/redlock/internal/reply"
 )
 
 // How the node guard sees evictions. Lock nodes should run with
@@ -38,12 +39,12 @@ func evictedIn(cmd *redis.StringCmd) (int64, error) {
 	info, err := cmd.Result()
 	if err != nil {
 		const what = "INFO stats (the guard's check for evictions)"
-		if deniedByACL(err) {
-			return 0, denied(what, err)
+		if reply.DeniedByACL(err) {
+			return 0, reply.Denied(what, err)
 		}
 		return 0, fmt.Errorf("redlock: %s: %w", what, err)
 	}
-	v, ok := infoField(info, "evicted_keys:")
+	v, ok := reply.InfoField(info, "evicted_keys:")
 	if !ok {
 		return 0, fmt.Errorf("redlock: INFO stats (the guard's check for evictions) says no evicted_keys")
 	}

@@ -1,11 +1,11 @@
-package redlock
+package guard
 
 import (
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlock/redlock/redlock/internal/reply"
 )
 
 // The failover rule: a node whose memory came from another replication
@@ -90,16 +90,16 @@ func (h history) changedIn(cmd *redis.StringCmd) (bool, error) {
 	info, err := cmd.Result()
 	if err != nil {
 		const what = "INFO replication (the guard's check that every replica is waited for)"
-		if deniedByACL(err) {
-			return false, denied(what, err)
+		if reply.DeniedByACL(err) {
+			return false, reply.Denied(what, err)
 		}
 		return false, fmt.Errorf("redlock: %s: %w", what, err)
 	}
-	replid, ok := infoField(info, "master_replid:")
+	replid, ok := reply.InfoField(info, "master_replid:")
 	if !ok || replid != h.replid {
 		return true, nil
 	}
-	count, ok := infoField(info, "connected_slaves:")
+	count, ok := reply.InfoField(info, "connected_slaves:")
 	if !ok {
 		return true, nil
 	}
@@ -107,25 +107,8 @@ func (h history) changedIn(cmd *redis.StringCmd) (bool, error) {
 	return err != nil || n > h.replicas, nil
 }
 
-// infoField returns the value of the INFO field named by prefix (which ends
-// in ':'), up to the end of its line.
-func infoField(info, prefix string) (string, bool) {
-	i := strings.Index(info, "\n"+prefix)
-	if i < 0 {
-		if !strings.HasPrefix(info, prefix) {
-			return "", false
-		}
-		i = -1
-	}
-	v := info[i+1+len(prefix):]
-	if j := strings.IndexAny(v, "\r\n"); j >= 0 {
-		v = v[:j]
-	}
-	return v, true
-}
-
 // errWeakened fails the votes of a round trip whose examination took back
 // the marker's word that every grant reaches every replica.
-var errWeakened error = &quarantineError{cause: weakenedCause}
+var errWeakened error = &QuarantineError{Cause: weakenedCause}
 
 const weakenedCause = "the examination that ran with it found that grants on this node no longer reach every replica (a Locker with a lower WaitReplicas, or more replicas than are waited for), and this round trip's grant may have gone before that word, to replicas that lack both; the next round trip counts"

@@ -1,4 +1,4 @@
-package redlock
+package reply
 
 import (
 	"errors"
@@ -22,7 +22,7 @@ func TestRedirection(t *testing.T) {
 		{"MOVED 3999", false, "", false},
 		{"CLUSTERDOWN The cluster is down", false, "", false},
 	} {
-		ask, addr, ok := redirection(errors.New(tc.err))
+		ask, addr, ok := Redirection(errors.New(tc.err))
 		assert.Equal(t, tc.ok, ok, tc.err)
 		assert.Equal(t, tc.ask, ask, tc.err)
 		assert.Equal(t, tc.addr, addr, tc.err)

@@ -1,4 +1,4 @@
-package redlock
+package wire
 
 import (
 	"context"
@@ -90,23 +90,23 @@ func TestPipelineReleaseIsLastUnderRandomSchedules(t *testing.T) {
 	admin := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { admin.Close() })
 	ctx := t.Context()
-	scripts := []*script{extendScript, releaseScript}
+	scripts := []*Script{extendScript, releaseScript}
 	for seed := range schedules {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(seed), 7))
 			m.FlushAll()
 			p := &pipeline{client: client}
 			calls := &tracker{}
-			submit := func(c command, read reader) (*quorum.Round[Outcome], bool) {
+			submit := func(c Command, read reader) (*quorum.Round[Outcome], bool) {
 				round := quorum.Begin[Outcome](1)
 				calls.add(1)
-				wire := c.wire()
-				j := job{cmd: redis.NewCmd(context.Background(), wire...), key: c.key, lease: c.lease, role: c.role, timeout: time.Minute, src: c.source(), round: round, read: read, calls: calls}
-				if c.readsRaw() {
+				wire := c.Wire()
+				j := job{cmd: redis.NewCmd(context.Background(), wire...), key: c.Key, lease: c.Lease, role: c.Role, timeout: time.Minute, src: c.source(), to: &roundReceiver{round: round, read: read, calls: calls}}
+				if c.ReadsRaw() {
 					j.raw = redis.NewRawCmd(context.Background(), wire...)
 				}
 				if !p.submit(j) {
-					settle(round, calls, 0, Failed, errNodeBusy)
+					settle(round, calls, 0, Failed, ErrNodeBusy)
 					return round, false
 				}
 				return round, true
@@ -114,7 +114,7 @@ func TestPipelineReleaseIsLastUnderRandomSchedules(t *testing.T) {
 			var leases []*scheduleLease
 			var fillers []*quorum.Round[Outcome]
 			release := func(l *scheduleLease) {
-				c := scriptCommand(releaseScript, []string{l.key}, l.value).of(l.value, roleReleases)
+				c := ScriptCommand(releaseScript, []string{l.key}, l.value).Of(l.value, RoleReleases)
 				l.released, _ = submit(c, readScript)
 			}
 			for range 12 + rng.IntN(20) {
@@ -125,7 +125,7 @@ func TestPipelineReleaseIsLastUnderRandomSchedules(t *testing.T) {
 					submit(acquireCommand(l.key, l.value, 60000), readAcquire(l.value))
 				case op < 5:
 					if l := leases[rng.IntN(len(leases))]; l.released == nil {
-						c := scriptCommand(extendScript, []string{l.key}, l.value, int64(60000), "1").of(l.value, roleExtends)
+						c := ScriptCommand(extendScript, []string{l.key}, l.value, int64(60000), "1").Of(l.value, RoleExtends)
 						submit(c, readScript)
 					}
 				case op < 7:
@@ -136,7 +136,7 @@ func TestPipelineReleaseIsLastUnderRandomSchedules(t *testing.T) {
 					g.hold()
 					if rng.IntN(3) == 0 { // and fill the queue, so that releases withdraw
 						for {
-							r, ok := submit(command{key: "filler", args: []any{"PING"}}, readScript)
+							r, ok := submit(Command{Key: "filler", Args: []any{"PING"}}, readScript)
 							if !ok {
 								break
 							}
@@ -149,7 +149,7 @@ func TestPipelineReleaseIsLastUnderRandomSchedules(t *testing.T) {
 					require.NoError(t, admin.ScriptFlush(ctx).Err())
 					for _, s := range scripts {
 						if rng.IntN(2) == 0 {
-							require.NoError(t, admin.ScriptLoad(ctx, s.src).Err())
+							require.NoError(t, admin.ScriptLoad(ctx, s.Src).Err())
 						}
 					}
 				}

@@ -1,4 +1,4 @@
-package redlock
+package wire
 
 import (
 	"context"
@@ -8,12 +8,10 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/redlock/redlock/quorum"
 )
 
-// pipeline is the transport New gives each *redis.Client node (unless
-// Options.NoAutoPipeline): senders that write whatever commands are waiting
+// Pipeline is the transport the coordinator gives each *redis.Client node
+// (unless Options.NoAutoPipeline): senders that write whatever commands are waiting
 // as one pipeline on a pooled connection and read the replies
 // (auto-pipelining, as rueidis does).
 //
@@ -47,9 +45,9 @@ import (
 //     scripts' compare-and-set, and phase 1's retry branch are idempotent.
 //   - A bounded queue, and failing fast. A node that stops answering holds
 //     its batches until the client's read timeout. Commands queue behind
-//     them, up to pipelineQueue; once a batch has been in flight for
+//     them, up to PipelineQueue; once a batch has been in flight for
 //     stallAfter (the node stopped answering), the queued commands fail, and
-//     so do new ones (errNodeBusy), until a batch comes back. So a node that
+//     so do new ones (ErrNodeBusy), until a batch comes back. So a node that
 //     wakes up runs at most the batches already sent, not a backlog of stale
 //     acquisitions. The vote never waits for any of this: NodeTimeout
 //     decides. A release refused by a full queue while its own SET still
@@ -63,12 +61,13 @@ import (
 //     batch that runs a key's commands again runs its releases again too,
 //     after the commands before them (exec). Order per key does the rest.
 //     TestPipelineReleaseIsLastUnderRandomSchedules checks it.
-type pipeline struct {
+type Pipeline[R any] struct {
 	client     *redis.Client
 	pipes      sync.Pool     // of *batchPipe: go-redis pipelines to reuse
-	wait       *waitSpec     // WAIT after batches with writes to replicate; nil: none
-	guard      *guard        // the node guard, whose companions follow batches with guarded commands; nil: none
+	wait       *Wait         // WAIT after batches with writes to replicate; nil: none
+	rider      Rider[R]      // the node guard, whose companions follow batches with guarded commands; nil: none
 	stallAfter time.Duration // a batch in flight this long means the node stopped answering; 0: never
+	onTrip     func(received time.Time, rtt time.Duration)
 
 	mu      sync.Mutex
 	queue   []job
@@ -81,14 +80,14 @@ type pipeline struct {
 	sending map[int64]time.Time // when each sender's batch in flight was sent
 }
 
-// stallAfter is how long a batch may be in flight before the node counts as
+// StallAfter is how long a batch may be in flight before the node counts as
 // no longer answering: ten NodeTimeouts, and at least half a second, so that
 // a slow reply is not taken for a dead node.
-func stallAfter(nodeTimeout time.Duration) time.Duration {
+func StallAfter(nodeTimeout time.Duration) time.Duration {
 	return max(10*nodeTimeout, 500*time.Millisecond)
 }
 
-// pipelineQueue bounds the commands waiting for one node's senders; batchMax
+// PipelineQueue bounds the commands waiting for one node's senders; batchMax
 // bounds one pipeline, and maxSenders the batches in flight on one node.
 // Together they bound what a hung node holds.
 //
@@ -98,7 +97,7 @@ func stallAfter(nodeTimeout time.Duration) time.Duration {
 // node commands wait for the batch in flight, which is soon back; that is
 // what makes batches deep under load.
 const (
-	pipelineQueue  = 1024
+	PipelineQueue  = 1024
 	batchMax       = 256
 	maxSenders     = 8
 	farRTT         = 1500 * time.Microsecond
@@ -113,58 +112,86 @@ type job struct {
 	raw   *redis.RawCmd
 	key   string // the key whose order it keeps
 	lease string // the lease's value, for withdraw
-	role  role
+	role  Role
 	// replicate: the batch's WAIT must acknowledge it for a grant to count;
 	// notReplicated is the WAIT's verdict, set before delivery.
 	replicate     bool
 	notReplicated error
-	// guarded: the node guard's verdict on the batch decides whether its
-	// vote counts; verdict is that verdict, set before delivery.
+	// guarded: the rider's verdict on the batch decides whether its vote
+	// counts; verdict is that verdict, set before delivery.
 	guarded bool
 	verdict error
-	stats   *nodeStats // the node's record of failures, for Health; nil: none kept
-	rerun   bool       // sent again after NOSCRIPT, in a pipeline of its own
+	rerun   bool // sent again after NOSCRIPT, in a pipeline of its own
 	// deletedFirst: a release whose first run deleted its value, run again
 	// after the commands before it (see exec)
 	deletedFirst bool
 	timeout      time.Duration // the batch carrying it may take this long
 	src          string        // a script's source, resent with EVAL after NOSCRIPT; "" for other commands
-	round        *quorum.Round[Outcome]
+	to           Receiver
 	node         int
-	read         func(node int, cmd *redis.Cmd) (Outcome, error)
-	calls        *tracker
 }
 
+// deliver hands j's reply to its receiver.
 func (j *job) deliver() {
 	if err := j.cmd.Err(); errors.Is(err, context.DeadlineExceeded) {
 		// The batch's own context, never the caller's: a node timeout must
 		// not look like the caller's deadline.
 		j.cmd.SetErr(nodeTimeout(j.timeout, err))
 	}
-	o, err := j.read(j.node, j.cmd)
-	o, err = replicatedVote(o, err, j.notReplicated)
-	o, err = guardedVote(o, err, j.verdict)
-	if j.stats != nil && err != nil {
-		j.stats.record(time.Now(), 0, true)
+	j.to.Receive(j.node, Reply{Cmd: j.cmd, NotReplicated: j.notReplicated, Verdict: j.verdict})
+}
+
+// NewPipeline returns the pipeline of client. w is the WAIT that follows
+// batches with commands to replicate, rider the rider of batches with
+// guarded commands (nil: none), stallAfter how long a batch may be in
+// flight before the node counts as no longer answering (0: never; see
+// StallAfter), and onTrip, if set, hears of every batch's round trip.
+func NewPipeline[R any](client *redis.Client, w *Wait, rider Rider[R], stallAfter time.Duration, onTrip func(received time.Time, rtt time.Duration)) *Pipeline[R] {
+	return &Pipeline[R]{client: client, wait: w, rider: rider, stallAfter: stallAfter, onTrip: onTrip}
+}
+
+var _ Link = (*Pipeline[struct{}])(nil)
+
+// Submit queues c. Its reply goes to to once its batch is back, or at once
+// when the queue refuses it (ErrNodeBusy: the queue is full, or the node
+// stopped answering) or s.Skip does.
+func (p *Pipeline[R]) Submit(ctx context.Context, c Command, s Send, to Receiver, node int) {
+	if s.Skip != nil {
+		if err := s.Skip(node); err != nil {
+			r := failed(ctx, err)
+			r.Uncounted = true
+			to.Receive(node, r)
+			return
+		}
 	}
-	settle(j.round, j.calls, j.node, o, err)
+	wire := c.Wire()
+	j := job{cmd: redis.NewCmd(ctx, wire...), key: c.Key, lease: c.Lease, role: c.Role, replicate: c.Replicate && p.wait != nil, guarded: c.Guarded && p.rider != nil, timeout: s.Timeout, src: c.source(), to: to, node: node}
+	if c.ReadsRaw() {
+		j.raw = redis.NewRawCmd(ctx, wire...)
+	}
+	if !p.submit(j) {
+		r := failed(ctx, ErrNodeBusy)
+		r.Uncounted = true
+		to.Receive(node, r)
+	}
 }
 
 // submit queues j, starting a sender if none is running, or setting the kick
 // if the senders are busy. It reports false, queuing nothing, when the queue
 // is full or the node stopped answering; but a release whose SET still waits
 // in a full queue withdraws it and is answered at once (see withdraw).
-func (p *pipeline) submit(j job) bool {
+func (p *Pipeline[R]) submit(j job) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stalled() {
 		return false // the queue, and any SET of j's lease in it, was failed
 	}
-	if len(p.queue) >= pipelineQueue {
-		if j.role != roleReleases || !p.withdraw(j.key, j.lease) {
+	if len(p.queue) >= PipelineQueue {
+		if j.role != RoleReleases || !p.withdraw(j.key, j.lease) {
 			return false
 		}
-		settle(j.round, j.calls, j.node, Granted, nil) // the value never reached the node: released
+		j.cmd.SetVal(int64(1)) // the value never reached the node: released
+		j.deliver()
 		return true
 	}
 	p.queue = append(p.queue, j)
@@ -183,7 +210,7 @@ func (p *pipeline) submit(j job) bool {
 }
 
 // startSender starts a sender goroutine. p.mu is held.
-func (p *pipeline) startSender() {
+func (p *Pipeline[R]) startSender() {
 	p.senders++
 	p.lastID++
 	go p.send(p.lastID)
@@ -191,7 +218,7 @@ func (p *pipeline) startSender() {
 
 // kicked runs pipelineLinger after a command was queued behind busy senders:
 // if commands are still waiting that a new sender could take, it starts one.
-func (p *pipeline) kicked() {
+func (p *Pipeline[R]) kicked() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.kicking = false
@@ -212,9 +239,9 @@ func (p *pipeline) kicked() {
 // then it fails, unsent, every queued command of the lease on key (SET,
 // fencing phase 2, extensions). Their rounds were decided before the
 // release began. p.mu is held.
-func (p *pipeline) withdraw(key, value string) (set bool) {
+func (p *Pipeline[R]) withdraw(key, value string) (set bool) {
 	for _, j := range p.queue {
-		if j.key == key && j.lease == value && j.role == roleSets {
+		if j.key == key && j.lease == value && j.role == RoleSets {
 			set = true
 		}
 	}
@@ -230,7 +257,7 @@ func (p *pipeline) withdraw(key, value string) (set bool) {
 			kept = append(kept, j)
 			continue
 		}
-		j.cmd.SetErr(errWithdrawn)
+		j.cmd.SetErr(ErrWithdrawn)
 		j.deliver() // never blocks
 	}
 	clear(p.queue[len(kept):])
@@ -245,7 +272,7 @@ var errWithdrawn = errors.New("redlock: withdrawn unsent: released before it rea
 // stalled reports whether a batch has been in flight for stallAfter. If so,
 // it fails the queued commands: they were never sent, and sending them once
 // the node wakes up would only replay stale work. p.mu is held.
-func (p *pipeline) stalled() bool {
+func (p *Pipeline[R]) stalled() bool {
 	if p.stallAfter <= 0 || len(p.sending) == 0 {
 		return false
 	}
@@ -256,7 +283,7 @@ func (p *pipeline) stalled() bool {
 		}
 		for i := range p.queue {
 			j := &p.queue[i]
-			j.cmd.SetErr(errNodeBusy)
+			j.cmd.SetErr(ErrNodeBusy)
 			j.deliver() // never blocks
 		}
 		clear(p.queue)
@@ -267,7 +294,7 @@ func (p *pipeline) stalled() bool {
 }
 
 // send sends batches until no queued command is left for it.
-func (p *pipeline) send(id int64) {
+func (p *Pipeline[R]) send(id int64) {
 	var batch []job
 	concurrent := false // the last batch carried more than one command
 	for {
@@ -292,7 +319,7 @@ func (p *pipeline) send(id int64) {
 // take moves to batch, in order and up to batchMax, the queued commands whose
 // key no other sender holds, and holds their keys for sender id. When it
 // takes nothing the sender ends: it returns nil and counts the sender out.
-func (p *pipeline) take(id int64, batch []job) []job {
+func (p *Pipeline[R]) take(id int64, batch []job) []job {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	kept := p.queue[:0]
@@ -325,7 +352,7 @@ func (p *pipeline) take(id int64, batch []job) []job {
 
 // unhold lets go of the keys sender id held for batch, and counts the
 // batch's round trip (from when take stamped it) into p.rtt.
-func (p *pipeline) unhold(id int64, batch []job) {
+func (p *Pipeline[R]) unhold(id int64, batch []job) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.rtt += (time.Since(p.sending[id]) - p.rtt) / 8
@@ -342,7 +369,7 @@ func (p *pipeline) unhold(id int64, batch []job) {
 // dialing and retries (and socket reads and writes, for clients with
 // ContextTimeoutEnabled); the client's own timeouts bound the rest. Errors
 // are set on each command.
-func (p *pipeline) exec(batch []job) {
+func (p *Pipeline[R]) exec(batch []job) {
 	var timeout time.Duration
 	for i := range batch {
 		timeout = max(timeout, batch[i].timeout)
@@ -355,12 +382,14 @@ func (p *pipeline) exec(batch []job) {
 	if p.wait != nil && replicates(batch) {
 		wait = redis.NewCmd(ctx, p.wait.args...)
 	}
-	// The guard's companions follow the batch's commands: one set per
-	// batch vouches for every guarded command before it (see guard.go).
-	guarded := p.guard != nil && guards(batch)
-	var comp companions
+	// The rider's commands (the guard's companions) follow the batch's
+	// commands: one set per batch vouches for every guarded command before
+	// it.
+	first := guards(batch)
+	guarded := p.rider != nil && first >= 0
+	var ride R
 	if guarded {
-		comp = p.guard.companions(ctx, markerKey)
+		ride = p.rider.Board(ctx, batch[first].key)
 	}
 	sent := time.Now()
 	if len(batch) == 1 && wait == nil && !guarded { // a lone command: go-redis's plain path costs less
@@ -371,7 +400,7 @@ func (p *pipeline) exec(batch []job) {
 			b.cmds = append(b.cmds, batch[i].outgoing())
 		}
 		if guarded {
-			b.cmds = comp.appendTo(b.cmds)
+			b.cmds = p.rider.AppendTo(&ride, b.cmds)
 		}
 		if wait != nil {
 			b.cmds = append(b.cmds, wait)
@@ -409,7 +438,7 @@ func (p *pipeline) exec(batch []job) {
 		// key (an extension that heals would otherwise set the key again
 		// after it: see the invariant at pipeline). If it had deleted its
 		// value already, it stays reported so (deletedFirst).
-		if j.role == roleReleases && j.cmd.Err() == nil {
+		if j.role == RoleReleases && j.cmd.Err() == nil {
 			if n, _ := j.cmd.Int64(); n == 1 {
 				j.deletedFirst = true
 			}
@@ -435,10 +464,10 @@ func (p *pipeline) exec(batch []job) {
 		}
 	}
 	if wait != nil {
-		first := p.wait.verdict(wait)
+		firstWait := p.wait.Verdict(wait)
 		var second error
 		if waitAgain != nil {
-			second = p.wait.verdict(waitAgain)
+			second = p.wait.Verdict(waitAgain)
 		}
 		for i := range batch {
 			switch j := &batch[i]; {
@@ -446,17 +475,17 @@ func (p *pipeline) exec(batch []job) {
 			case j.rerun:
 				j.notReplicated = second
 			default:
-				j.notReplicated = first
+				j.notReplicated = firstWait
 			}
 		}
 	}
-	if batch[0].stats != nil { // one round trip for the whole batch
-		batch[0].stats.record(received, received.Sub(sent), false)
+	if p.onTrip != nil { // one round trip for the whole batch
+		p.onTrip(received, received.Sub(sent))
 	}
-	if p.guard != nil {
+	if p.rider != nil {
 		for i := range batch {
 			if err := batch[i].cmd.Err(); err != nil && err != redis.Nil && redis.HasErrorPrefix(err, "READONLY") {
-				p.guard.demoted()
+				p.rider.Demoted()
 				break
 			}
 		}
@@ -464,7 +493,7 @@ func (p *pipeline) exec(batch []job) {
 	if guarded {
 		// After any rerun: a NOSCRIPT means a new server process, so the
 		// guard examines the node, and its verdict covers the reruns too.
-		verdict := p.guard.judge(ctx, p.client, comp, sent, received, again != nil)
+		verdict := p.rider.Judge(ctx, p.client, &ride, Trip{Sent: sent, Received: received, Suspect: again != nil})
 		for i := range batch {
 			if batch[i].guarded {
 				batch[i].verdict = verdict
@@ -502,7 +531,7 @@ func runsAgain(j *job) bool {
 	return readAgain(err) || (j.src != "" && redis.HasErrorPrefix(err, "NOSCRIPT")) || redis.HasErrorPrefix(err, "READONLY")
 }
 
-func (p *pipeline) batchPipe() *batchPipe {
+func (p *Pipeline[R]) batchPipe() *batchPipe {
 	if b, ok := p.pipes.Get().(*batchPipe); ok {
 		return b
 	}
@@ -510,20 +539,21 @@ func (p *pipeline) batchPipe() *batchPipe {
 }
 
 // putPipe keeps b, sent, for another batch, holding no command.
-func (p *pipeline) putPipe(b *batchPipe) {
+func (p *Pipeline[R]) putPipe(b *batchPipe) {
 	clear(b.cmds)
 	b.cmds = b.cmds[:0]
 	p.pipes.Put(b)
 }
 
-// guards reports whether a batch holds a command the node guard judges.
-func guards(batch []job) bool {
+// guards returns the index of the batch's first command the rider judges,
+// -1 if none.
+func guards(batch []job) int {
 	for i := range batch {
 		if batch[i].guarded {
-			return true
+			return i
 		}
 	}
-	return false
+	return -1
 }
 
 // replicates reports whether a batch holds a write whose grant must be

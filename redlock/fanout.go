@@ -1,0 +1,63 @@
+package redlock
+
+import (
+	"context"
+	"time"
+
+	"github.com/redlock/redlock/quorum"
+	"github.com/redlock/redlock/redlock/internal/wire"
+)
+
+// fan says how a round is sent, beyond its command.
+type fan struct {
+	// after: a node's command is sent only once after's call on that node
+	// has returned, so that it cannot overtake it (a release must not reach
+	// a node before that node's SET). A pipelined node needs no waiting: its
+	// commands run in the order they were queued.
+	after *quorum.Round[Outcome]
+	// earlier: this Locker's releases of the key, on nodes without a
+	// pipeline, to wait for before sending (see releases).
+	earlier []chan struct{}
+	// skip, if set, says whether node i's command is not sent, and why:
+	// called once after has settled on a node without a pipeline, and at
+	// queuing time on a pipelined one.
+	skip func(i int) error
+	// timeout: without a pipeline, each call's context ends this long after
+	// the call is sent. That bounds the call for clients that honour context
+	// deadlines; the vote is bounded by Decide.
+	timeout time.Duration
+	// release: the key this round releases, recorded in l.releases for
+	// nodes without a pipeline.
+	release string
+	// value and counters are what the round's reader reads against: the
+	// lease's value, and the phase-1 fencing counters it fills in.
+	value    string
+	counters []uint64
+}
+
+// fanOut sends c to every node through its transport and returns the
+// round, whose replies read turns into votes (see vote.go).
+func (l *Locker) fanOut(ctx context.Context, f fan, c wire.Command, read reader) *quorum.Round[Outcome] {
+	round := quorum.Begin[Outcome](len(l.nodes))
+	b := &ballot{round: round, read: read, calls: &l.inflight, nodes: l.nodes, value: f.value, counters: f.counters}
+	l.inflight.add(len(l.nodes))
+	if l.pipelined {
+		c = c.Bind() // one wire form, shared by every pipeline
+	}
+	for i, n := range l.nodes {
+		s := wire.Send{Timeout: f.timeout, Skip: f.skip}
+		if !n.pipelined {
+			if f.after != nil {
+				s.After = f.after.Settled(i)
+			}
+			if f.earlier != nil {
+				s.Await = f.earlier[i]
+			}
+			if f.release != "" {
+				s.Finish = l.releases.start(f.release, i, len(l.nodes))
+			}
+		}
+		n.link.Submit(ctx, c, s, b, i)
+	}
+	return round
+}

@@ -1,0 +1,99 @@
+package guard
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock/redlock/redlock/internal/reply"
+	"github.com/redlock/redlock/redlock/internal/wire"
+)
+
+// Trust declares node n's current memory complete (Locker.TrustNodes): it
+// writes the marker of a memory that began long ago, for this server
+// process, declaring maxTTL and waitReplicas as an examination would. On a
+// Redis Cluster node it marks every hash slot, through the masters that
+// serve them. An ACL refusal names the trust script and what it calls.
+func Trust(ctx context.Context, n wire.Node, maxTTL time.Duration, waitReplicas int) error {
+	if err := trust(ctx, n, maxTTL, waitReplicas); err != nil {
+		return reply.Denied("the trust script (it calls "+trustScript.Calls+")", err)
+	}
+	return nil
+}
+
+func trust(ctx context.Context, n wire.Node, maxTTL time.Duration, waitReplicas int) error {
+	cc, ok := n.(*redis.ClusterClient)
+	if !ok {
+		return trustScript.Run(ctx, n, []string{markerKey}, markerExpiry(), maxTTL.Milliseconds(), waitReplicas).Err()
+	}
+	// Every slot's marker, written on the master that serves it, with that
+	// master's run_id: plain SETs, in one pipeline per master (16,384
+	// scripts would cost far more than the INFO per master this needs).
+	masters := map[string]*redis.Client{}
+	var mu sync.Mutex
+	if err := cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		masters[c.Options().Addr] = c
+		mu.Unlock()
+		return nil
+	}); err != nil {
+		return err
+	}
+	ranges, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		return err
+	}
+	for _, r := range ranges {
+		if len(r.Nodes) == 0 {
+			continue
+		}
+		m, ok := masters[r.Nodes[0].Addr]
+		if !ok {
+			return fmt.Errorf("the master %s of slots %d-%d is not one the client knows", r.Nodes[0].Addr, r.Start, r.End)
+		}
+		p := processOf(ctx, m)
+		if id, err := m.Do(ctx, "CLUSTER", "MYID").Text(); err == nil && id != "" {
+			p.run += "@" + id // as examine.lua names a cluster node
+		}
+		marker := fmt.Sprintf("0 %s %d %s %d %d %d %d", p.run, maxTTL.Milliseconds(), p.replid, p.fed, waitReplicas, p.replicas, p.evicted)
+		if _, err := m.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for slot := r.Start; slot <= r.End; slot++ {
+				p.Set(ctx, slotMarker(int(slot)), marker, 0)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// process is what a marker says of a server process: its run_id,
+// master_replid, the bytes it read from a primary, its replicas, and the
+// keys it evicted ("?" and 0 where the server does not say).
+type process struct {
+	run, replid  string
+	fed, evicted int64
+	replicas     int
+}
+
+// processOf reads a master's process as examine.lua reads it.
+func processOf(ctx context.Context, c *redis.Client) process {
+	info, err := c.Info(ctx, "server", "replication", "stats").Result()
+	f := reply.InfoFields(info)
+	p := process{run: f["run_id"], replid: f["master_replid"]}
+	if err != nil || p.run == "" {
+		p.run = "?"
+	}
+	if err != nil || p.replid == "" {
+		p.replid = "?"
+	}
+	p.fed, _ = strconv.ParseInt(f["total_net_repl_input_bytes"], 10, 64)
+	p.evicted, _ = strconv.ParseInt(f["evicted_keys"], 10, 64)
+	p.replicas, _ = strconv.Atoi(f["connected_slaves"])
+	return p
+}

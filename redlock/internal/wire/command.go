@@ -1,0 +1,224 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Node is what the transport needs of a node's client: scripts and plain
+// commands (redlock.Node is the same interface).
+type Node interface {
+	redis.Scripter
+	Do(ctx context.Context, args ...any) *redis.Cmd
+}
+
+// Script is a Lua script with its source, which the transport resends in
+// full when a node answers EVALSHA with NOSCRIPT, and what an error says of
+// it.
+type Script struct {
+	*redis.Script
+	Src   string
+	Name  string // as errors name it: "the release script"
+	Calls string // the commands it calls, which the node's ACL must allow
+}
+
+// NewScript wraps src once (its SHA-1 is computed here, not per call).
+func NewScript(name, calls, src string) *Script {
+	return &Script{Script: redis.NewScript(src), Src: src, Name: name, Calls: calls}
+}
+
+// Command is what the coordinator sends to one node: a plain command, or a
+// script with its keys and arguments.
+type Command struct {
+	Key    string // the first key, whose order the pipeline keeps
+	Args   []any
+	Script *Script
+	Keys   []string
+	Argv   []any
+	Lease  string // the value of the lease it acts for, where it matters (see Role)
+	Role   Role
+	// Replicate: the WAIT that follows it (Pipeline.Wait, Direct.Wait)
+	// judges its grant. Acquisitions, extensions and fencing phase 2.
+	Replicate bool
+	// Guarded: the transport's Rider (the node guard) judges its reply.
+	// Acquisitions, extensions and checks.
+	Guarded bool
+
+	wire []any // Wire's result, shared by every node's copy (see Bind)
+}
+
+// Role tells the pipeline which commands of one lease may be withdrawn
+// before they are sent (see Pipeline), and which run again after the
+// commands before them.
+type Role uint8
+
+const (
+	RoleOther    Role = iota
+	RoleSets          // puts the lease's value on the node (an acquisition)
+	RoleFences        // fencing phase 2, which follows RoleSets
+	RoleReleases      // deletes the lease's value; it replies 1 when it did
+	RoleExtends       // extends the lease, and may set its value again (healing)
+)
+
+// ScriptCommand runs s on keys with argv.
+func ScriptCommand(s *Script, keys []string, argv ...any) Command {
+	return Command{Key: keys[0], Script: s, Keys: keys, Argv: argv}
+}
+
+// Of marks c as acting for the lease with value, in role r.
+func (c Command) Of(value string, r Role) Command {
+	c.Lease, c.Role = value, r
+	return c
+}
+
+// Replicated marks c as a write whose grant the WAIT judges.
+func (c Command) Replicated() Command {
+	c.Replicate = true
+	return c
+}
+
+// GuardedBy marks c as a command whose reply the Rider judges.
+func (c Command) GuardedBy() Command {
+	c.Guarded = true
+	return c
+}
+
+// Bind computes c's wire form once, so that every node's pipeline shares
+// it instead of building its own. Call it before submitting c to several
+// pipelines.
+func (c Command) Bind() Command {
+	if c.wire == nil {
+		c.wire = c.Wire()
+	}
+	return c
+}
+
+// Wire is the command as a pipeline sends it: a script goes as EVALSHA.
+// Every node's command shares the slice, which nothing writes.
+func (c Command) Wire() []any {
+	if c.wire != nil {
+		return c.wire
+	}
+	if c.Script == nil {
+		return c.Args
+	}
+	a := make([]any, 0, 3+len(c.Keys)+len(c.Argv))
+	a = append(a, "evalsha", c.Script.Hash(), len(c.Keys))
+	for _, k := range c.Keys {
+		a = append(a, k)
+	}
+	return append(a, c.Argv...)
+}
+
+// source is the script's source, or "" for a plain command.
+func (c Command) source() string {
+	if c.Script == nil {
+		return ""
+	}
+	return c.Script.Src
+}
+
+// ReadsRaw reports whether c's reply is read raw: a plain command (not a
+// script) that answers nil on success, which is an acquisition's SET (see
+// rawreply.go).
+func (c Command) ReadsRaw() bool {
+	return c.Script == nil && c.Role == RoleSets
+}
+
+// Describe names c for an error.
+func (c Command) Describe() string {
+	if c.Script == nil {
+		name, _ := c.Args[0].(string)
+		return fmt.Sprintf("%s on %q", strings.ToUpper(name), c.Key)
+	}
+	return fmt.Sprintf("the %s script on %q (EVALSHA, EVAL after NOSCRIPT; it calls %s on %s)",
+		c.Script.Name, c.Key, c.Script.Calls, strings.Join(c.Keys, " and "))
+}
+
+// Reply is what one node answered to one command, with the verdicts of what
+// rode with it. The coordinator turns it into the node's vote, in one place
+// for both transports: a verdict that is not nil takes back a grant, and
+// never makes a refusal out of one.
+type Reply struct {
+	Cmd *redis.Cmd // the command's reply (or the error that it got none)
+	// NotReplicated is the WAIT's verdict on a Replicate command: nil when
+	// the write was acknowledged as asked (or nothing was waited for).
+	NotReplicated error
+	// Verdict is the Rider's verdict on a Guarded command: nil when it
+	// passed (or nothing judged it).
+	Verdict error
+	// RTT is the call's round trip, where the transport timed it per call
+	// (the direct transport); 0 otherwise (the pipeline times batches: see
+	// Pipeline.OnTrip).
+	RTT time.Duration
+	// Uncounted: the transport refused or skipped the call before queuing
+	// it (Send.Skip, a full or stalled pipeline), so that its failure is
+	// not counted against the node's recent record.
+	Uncounted bool
+}
+
+// failed is the reply of a call that got no reply: err says why.
+func failed(ctx context.Context, err error) Reply {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(err)
+	return Reply{Cmd: cmd}
+}
+
+// A Receiver gets every command's reply, exactly once per submitted call:
+// node is the node's index given to Submit. Receive must not block; the
+// pipeline calls it from its senders, sometimes with its lock held.
+type Receiver interface {
+	Receive(node int, r Reply)
+}
+
+// Send says how one call goes, beyond its command.
+type Send struct {
+	// Timeout bounds the call: the pipeline's batch carrying it may take
+	// this long, and a direct call's context ends this long after it is
+	// sent. The coordinator's vote is bounded separately.
+	Timeout time.Duration
+	// After: the direct transport sends only once After is closed (the call
+	// this one must not overtake: a release behind its own SET). The
+	// pipeline keeps order per key itself and ignores it.
+	After <-chan struct{}
+	// Skip, if set, says whether the command is not to be sent, and why:
+	// the direct transport asks once After is closed, the pipeline when the
+	// command is queued. Its error is the call's.
+	Skip func(node int) error
+	// Await: the direct transport waits, within Timeout, for it to close
+	// before sending (an earlier release of the key on the node).
+	Await <-chan struct{}
+	// Finish, if set, is called once a direct call returned, before its
+	// reply is delivered.
+	Finish func()
+}
+
+// Link is one node's transport: a Pipeline or a Direct.
+type Link interface {
+	// Submit sends c and delivers its reply, once, to to.Receive(node, ...).
+	// It never blocks on the node.
+	Submit(ctx context.Context, c Command, s Send, to Receiver, node int)
+}
+
+// ErrNodeBusy fails a call that the transport refused: too many calls
+// outstanding on a node that is not answering.
+var ErrNodeBusy = errors.New("redlock: too many calls outstanding on the node (it is not answering)")
+
+// ErrNodeTimeout is the error of a call that ran out of its own time
+// (Send.Timeout). It deliberately does not match context.DeadlineExceeded,
+// which callers read as their own deadline.
+var ErrNodeTimeout = errors.New("redlock: no reply from the node in time")
+
+// nodeTimeout is err, a call's own deadline, as ErrNodeTimeout.
+func nodeTimeout(d time.Duration, err error) error {
+	return fmt.Errorf("%w (%v): %v", ErrNodeTimeout, d, err)
+}
+
+// ErrWithdrawn is the error of an acquisition's command that its own
+// release withdrew before it was sent.
+var ErrWithdrawn = errors.New("redlock: withdrawn unsent: released before it reached the node")

@@ -1,0 +1,214 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Direct is the transport of a node without a pipeline (any Node but a
+// *redis.Client, or every node with Options.NoAutoPipeline): a goroutine
+// and a pooled connection per call. It keeps no order between calls: a
+// caller that needs one says what to wait for (Send.After, Send.Await).
+type Direct[R any] struct {
+	node    Node
+	wait    *Wait    // nil: none
+	rider   Rider[R] // nil: none
+	sending atomic.Int32
+	outside *outsiders // a Redis Cluster node's clients of masters its ClusterClient does not offer (see cluster.go); nil elsewhere
+}
+
+// NewDirect returns n's direct transport, with the WAIT w after commands
+// to replicate (nil: none) and rider after guarded ones (nil: none).
+func NewDirect[R any](n Node, w *Wait, rider Rider[R]) *Direct[R] {
+	d := &Direct[R]{node: n, wait: w, rider: rider}
+	if _, ok := n.(*redis.ClusterClient); ok {
+		d.outside = new(outsiders)
+	}
+	return d
+}
+
+var _ Link = (*Direct[struct{}])(nil)
+
+// maxSending bounds the calls outstanding on one node's Direct (a pipeline
+// bounds its own queue). A node that stops answering would otherwise
+// collect a goroutine (and a pooled connection, or a place in the pool's
+// queue) for every call made to it, until the client library's timeouts
+// free them; past the bound, calls to it fail at once (ErrNodeBusy).
+// Releases refused this way leave that node's key to expire.
+const maxSending = 128
+
+func (d *Direct[R]) admit() bool {
+	if d.sending.Add(1) > maxSending {
+		d.sending.Add(-1)
+		return false
+	}
+	return true
+}
+
+// Submit sends c from a goroutine of its own, and delivers its reply there.
+func (d *Direct[R]) Submit(ctx context.Context, c Command, s Send, to Receiver, node int) {
+	go d.call(ctx, c, s, to, node)
+}
+
+func (d *Direct[R]) call(ctx context.Context, c Command, s Send, to Receiver, node int) {
+	var took time.Duration // the call's round trip, once sent
+	r := func() Reply {
+		if s.After != nil {
+			<-s.After
+		}
+		if s.Skip != nil {
+			if err := s.Skip(node); err != nil {
+				return failed(ctx, err)
+			}
+		}
+		if !d.admit() {
+			return failed(ctx, ErrNodeBusy)
+		}
+		defer d.sending.Add(-1)
+		sent := time.Now()
+		defer func() { took = time.Since(sent) }()
+		callCtx, cancel := context.WithTimeout(ctx, s.Timeout)
+		defer cancel()
+		if s.Await != nil {
+			select {
+			case <-s.Await:
+			case <-callCtx.Done():
+				return failed(ctx, fmt.Errorf("waiting for this Locker's earlier release on the node: %w", callCtx.Err()))
+			}
+		}
+		w := d.wait
+		if !c.Replicate {
+			w = nil
+		}
+		guarded := c.Guarded && d.rider != nil
+		if w != nil || guarded {
+			return d.sendPaired(callCtx, c, w, guarded)
+		}
+		return Reply{Cmd: d.send(callCtx, c)}
+	}()
+	if ctx.Err() == nil { // the call's own deadline, not the caller's
+		if err := r.Cmd.Err(); errors.Is(err, context.DeadlineExceeded) {
+			r.Cmd.SetErr(nodeTimeout(s.Timeout, err))
+		}
+		r.NotReplicated = ownDeadline(s.Timeout, r.NotReplicated)
+		r.Verdict = ownDeadline(s.Timeout, r.Verdict)
+	}
+	if s.Finish != nil {
+		s.Finish()
+	}
+	r.RTT = took
+	to.Receive(node, r)
+}
+
+func ownDeadline(d time.Duration, err error) error {
+	if err != nil && errors.Is(err, context.DeadlineExceeded) {
+		return nodeTimeout(d, err)
+	}
+	return err
+}
+
+// send sends c on the node's client. A script goes as EVALSHA, then EVAL
+// on NOSCRIPT.
+func (d *Direct[R]) send(ctx context.Context, c Command) *redis.Cmd {
+	if c.Script != nil {
+		return c.Script.Run(ctx, d.node, c.Keys, c.Argv...)
+	}
+	return d.node.Do(ctx, c.Args...)
+}
+
+// sendPaired is the send of a command that needs company on its own
+// connection: the WAIT (w), which covers only the writes before it on its
+// connection, and the rider's commands (guarded), which must follow the
+// command to vouch for the memory it found. Both go with c as one
+// pipeline: a script as EVALSHA, then with EVAL (and a second WAIT) after
+// NOSCRIPT. On a Redis Cluster node the pipeline goes to the master of c's
+// slot and follows its MOVED and ASK redirections itself (see
+// clusterRoute), since it bypasses the ClusterClient's own.
+func (d *Direct[R]) sendPaired(ctx context.Context, c Command, w *Wait, guarded bool) Reply {
+	switch d.node.(type) {
+	case *redis.Client, *redis.ClusterClient:
+	default: // no WAIT here: the coordinator requires one of those for it (CanWait)
+		return d.sendInTurn(ctx, c)
+	}
+	route, err := d.routeFor(ctx, c.Key)
+	if err != nil {
+		return failed(ctx, err)
+	}
+	args := c.Wire()
+	var waitArgs []any
+	if w != nil {
+		waitArgs = w.args
+	}
+	suspect := false // a NOSCRIPT: the node's script cache is new
+	for {
+		pipe := route.conn.Pipeline()
+		if route.asking {
+			_ = pipe.Process(ctx, redis.NewStatusCmd(ctx, "asking"))
+		}
+		cmd := redis.NewCmd(ctx, args...)
+		_ = pipe.Process(ctx, cmd)
+		var ride R
+		if guarded {
+			ride = d.rider.Board(ctx, c.Key)
+			var cmds [3]redis.Cmder
+			for _, c := range d.rider.AppendTo(&ride, cmds[:0]) {
+				_ = pipe.Process(ctx, c)
+			}
+		}
+		var wait *redis.Cmd
+		if w != nil {
+			wait = redis.NewCmd(ctx, waitArgs...)
+			_ = pipe.Process(ctx, wait)
+		}
+		sent := time.Now()
+		_, _ = pipe.Exec(ctx)
+		received := time.Now()
+		if c.Script != nil && args[0] == "evalsha" && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			args = append([]any{"eval", c.Script.Src}, args[2:]...)
+			if w != nil {
+				waitArgs = w.within(ctx)
+			}
+			suspect = true
+			continue
+		}
+		if route.follow(ctx, cmd.Err()) {
+			if w != nil {
+				waitArgs = w.within(ctx)
+			}
+			continue
+		}
+		r := Reply{Cmd: cmd}
+		if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) { // nil is SET's grant
+			if guarded && redis.HasErrorPrefix(err, "READONLY") {
+				d.rider.Demoted()
+			}
+			return r // the command's own error decides
+		}
+		if w != nil {
+			r.NotReplicated = w.Verdict(wait)
+		}
+		if guarded {
+			r.Verdict = d.rider.Judge(ctx, d.node, &ride, Trip{Sent: sent, Received: received, Suspect: suspect})
+		}
+		return r
+	}
+}
+
+// sendInTurn is sendPaired for a Node that cannot pipeline (a wrapper that
+// offers only Do and the script calls): the rider's commands follow the
+// command's reply, so that they cost one more round trip.
+func (d *Direct[R]) sendInTurn(ctx context.Context, c Command) Reply {
+	sent := time.Now()
+	cmd := d.send(ctx, c)
+	if err := cmd.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return Reply{Cmd: cmd}
+	}
+	ride := d.rider.Board(ctx, c.Key)
+	d.rider.AskApart(ctx, d.node, &ride)
+	return Reply{Cmd: cmd, Verdict: d.rider.Judge(ctx, d.node, &ride, Trip{Sent: sent, Received: time.Now()})}
+}
