@@ -103,10 +103,10 @@ func TestJudgeWithoutAServer(t *testing.T) {
 		t.Helper()
 		c := g.Board(ctx, "k")
 		var cmds []redis.Cmder
-		require.Len(t, g.AppendTo(&c, cmds), 3, "GET of the marker, SCRIPT EXISTS, TIME")
+		require.Len(t, g.AppendTo(c, cmds), 3, "GET of the marker, SCRIPT EXISTS, TIME")
 		sent := time.Now()
 		answer(&c, marker, cached, node.nodeNow())
-		return g.Judge(ctx, node, &c, wire.Trip{Sent: sent, Received: time.Now()})
+		return g.Judge(ctx, node, c, wire.Trip{Sent: sent, Received: time.Now()})
 	}
 
 	// First use: never examined, so examined now; the memory is old.

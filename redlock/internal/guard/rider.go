@@ -23,13 +23,13 @@ func (g *Guard) Board(ctx context.Context, key string) Companions {
 }
 
 // AppendTo appends c's commands to cmds, in the order they are sent.
-func (g *Guard) AppendTo(c *Companions, cmds []redis.Cmder) []redis.Cmder {
+func (g *Guard) AppendTo(c Companions, cmds []redis.Cmder) []redis.Cmder {
 	return c.appendTo(cmds)
 }
 
 // AskApart sends c's commands side by side through n, a node that cannot
 // pipeline, and sets their replies on them.
-func (g *Guard) AskApart(ctx context.Context, n wire.Node, c *Companions) {
+func (g *Guard) AskApart(ctx context.Context, n wire.Node, c Companions) {
 	var wg sync.WaitGroup
 	if c.pttl != nil {
 		wg.Go(func() {
@@ -61,8 +61,8 @@ func (g *Guard) AskApart(ctx context.Context, n wire.Node, c *Companions) {
 
 // Judge reads c's replies and returns the verdict on the trip's guarded
 // commands (see judge).
-func (g *Guard) Judge(ctx context.Context, ex redis.Scripter, c *Companions, t wire.Trip) error {
-	return g.judge(ctx, ex, *c, t.Sent, t.Received, t.Suspect)
+func (g *Guard) Judge(ctx context.Context, ex redis.Scripter, c Companions, t wire.Trip) error {
+	return g.judge(ctx, ex, c, t.Sent, t.Received, t.Suspect)
 }
 
 // Demoted drops what this guard examined on a node that answered

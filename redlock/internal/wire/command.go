@@ -35,7 +35,9 @@ func NewScript(name, calls, src string) *Script {
 // Command is what the coordinator sends to one node: a plain command, or a
 // script with its keys and arguments.
 type Command struct {
-	Key    string // the first key, whose order the pipeline keeps
+	Key string // the first key, whose order the pipeline keeps
+	// Args are a plain command's arguments; for a script, its wire form
+	// (EVALSHA) once Bound, nil before.
 	Args   []any
 	Script *Script
 	Keys   []string
@@ -48,8 +50,9 @@ type Command struct {
 	// Guarded: the transport's Rider (the node guard) judges its reply.
 	// Acquisitions, extensions and checks.
 	Guarded bool
-
-	wire []any // Wire's result, shared by every node's copy (see Bind)
+	// Command stays within 128 bytes: the direct transport's go statement
+	// copies it into the goroutine; a larger one costs an allocation more
+	// per call.
 }
 
 // Role tells the pipeline which commands of one lease may be withdrawn
@@ -92,8 +95,8 @@ func (c Command) GuardedBy() Command {
 // it instead of building its own. Call it before submitting c to several
 // pipelines.
 func (c Command) Bind() Command {
-	if c.wire == nil {
-		c.wire = c.Wire()
+	if c.Script != nil && c.Args == nil {
+		c.Args = c.Wire()
 	}
 	return c
 }
@@ -101,10 +104,7 @@ func (c Command) Bind() Command {
 // Wire is the command as a pipeline sends it: a script goes as EVALSHA.
 // Every node's command shares the slice, which nothing writes.
 func (c Command) Wire() []any {
-	if c.wire != nil {
-		return c.wire
-	}
-	if c.Script == nil {
+	if c.Script == nil || c.Args != nil {
 		return c.Args
 	}
 	a := make([]any, 0, 3+len(c.Keys)+len(c.Argv))

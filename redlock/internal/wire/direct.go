@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +20,7 @@ type Direct[R any] struct {
 	wait    *Wait    // nil: none
 	rider   Rider[R] // nil: none
 	sending atomic.Int32
+	riders  sync.Pool  // of *[]redis.Cmder, to gather a rider's commands in
 	outside *outsiders // a Redis Cluster node's clients of masters its ClusterClient does not offer (see cluster.go); nil elsewhere
 }
 
@@ -26,6 +28,7 @@ type Direct[R any] struct {
 // to replicate (nil: none) and rider after guarded ones (nil: none).
 func NewDirect[R any](n Node, w *Wait, rider Rider[R]) *Direct[R] {
 	d := &Direct[R]{node: n, wait: w, rider: rider}
+	d.riders.New = func() any { return new([]redis.Cmder) }
 	if _, ok := n.(*redis.ClusterClient); ok {
 		d.outside = new(outsiders)
 	}
@@ -155,10 +158,13 @@ func (d *Direct[R]) sendPaired(ctx context.Context, c Command, w *Wait, guarded 
 		var ride R
 		if guarded {
 			ride = d.rider.Board(ctx, c.Key)
-			var cmds [3]redis.Cmder
-			for _, c := range d.rider.AppendTo(&ride, cmds[:0]) {
+			cmds := d.riders.Get().(*[]redis.Cmder)
+			*cmds = d.rider.AppendTo(ride, (*cmds)[:0])
+			for _, c := range *cmds {
 				_ = pipe.Process(ctx, c)
 			}
+			clear(*cmds)
+			d.riders.Put(cmds)
 		}
 		var wait *redis.Cmd
 		if w != nil {
@@ -193,7 +199,7 @@ func (d *Direct[R]) sendPaired(ctx context.Context, c Command, w *Wait, guarded 
 			r.NotReplicated = w.Verdict(wait)
 		}
 		if guarded {
-			r.Verdict = d.rider.Judge(ctx, d.node, &ride, Trip{Sent: sent, Received: received, Suspect: suspect})
+			r.Verdict = d.rider.Judge(ctx, d.node, ride, Trip{Sent: sent, Received: received, Suspect: suspect})
 		}
 		return r
 	}
@@ -209,6 +215,6 @@ func (d *Direct[R]) sendInTurn(ctx context.Context, c Command) Reply {
 		return Reply{Cmd: cmd}
 	}
 	ride := d.rider.Board(ctx, c.Key)
-	d.rider.AskApart(ctx, d.node, &ride)
-	return Reply{Cmd: cmd, Verdict: d.rider.Judge(ctx, d.node, &ride, Trip{Sent: sent, Received: time.Now()})}
+	d.rider.AskApart(ctx, d.node, ride)
+	return Reply{Cmd: cmd, Verdict: d.rider.Judge(ctx, d.node, ride, Trip{Sent: sent, Received: time.Now()})}
 }

@@ -400,7 +400,7 @@ func (p *Pipeline[R]) exec(batch []job) {
 			b.cmds = append(b.cmds, batch[i].outgoing())
 		}
 		if guarded {
-			b.cmds = p.rider.AppendTo(&ride, b.cmds)
+			b.cmds = p.rider.AppendTo(ride, b.cmds)
 		}
 		if wait != nil {
 			b.cmds = append(b.cmds, wait)
@@ -493,7 +493,7 @@ func (p *Pipeline[R]) exec(batch []job) {
 	if guarded {
 		// After any rerun: a NOSCRIPT means a new server process, so the
 		// guard examines the node, and its verdict covers the reruns too.
-		verdict := p.rider.Judge(ctx, p.client, &ride, Trip{Sent: sent, Received: received, Suspect: again != nil})
+		verdict := p.rider.Judge(ctx, p.client, ride, Trip{Sent: sent, Received: received, Suspect: again != nil})
 		for i := range batch {
 			if batch[i].guarded {
 				batch[i].verdict = verdict
