@@ -40,7 +40,8 @@ func New(nodes []Node, opts *Options) (*Locker, error) {
 	if err != nil {
 		return nil, err
 	}
-	ns, err := newNodes(nodes, &o, wire.NewWait(o.WaitReplicas, o.WaitAOF, o.NodeTimeout))
+	wait := wire.NewWait(o.WaitReplicas, o.WaitAOF, o.NodeTimeout)
+	ns, err := newNodes(nodes, &o, wait)
 	if err != nil {
 		return nil, err
 	}
@@ -49,6 +50,13 @@ func New(nodes []Node, opts *Options) (*Locker, error) {
 	}
 	if o.RequireDurable && !o.Fencing {
 		return nil, errors.New("redlock: Options.RequireDurable needs Options.Fencing")
+	}
+	if wait != nil {
+		for _, n := range ns {
+			if err := checkWaitable(n); err != nil {
+				return nil, err
+			}
+		}
 	}
 	l := &Locker{nodes: ns, opts: o, bound: o.bound()}
 	for _, n := range ns {

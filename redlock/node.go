@@ -67,8 +67,9 @@ type node struct {
 
 // newNodes checks the nodes passed to New: at least one, none nil, none
 // twice, and gives each its guard and its transport, with w the WAIT that
-// follows commands to replicate (nil: none). Unless o.NoAutoPipeline, each
-// *redis.Client gets a pipeline.
+// follows commands to replicate (nil: none; New checks that each node can
+// carry it: checkWaitable). Unless o.NoAutoPipeline, each *redis.Client
+// gets a pipeline.
 func newNodes(nodes []Node, o *Options, w *wire.Wait) ([]node, error) {
 	if len(nodes) == 0 {
 		return nil, errors.New("redlock: no nodes")
@@ -94,9 +95,6 @@ func newNodes(nodes []Node, o *Options, w *wire.Wait) ([]node, error) {
 			identities[i] = fmt.Sprintf("~%06d", i) // after every address, in list order
 		}
 		out[i] = node{Node: n, index: i, name: name, stats: new(nodeStats)}
-		if w != nil && !wire.CanWait(n) {
-			return nil, fmt.Errorf("redlock: %s is a %T: Options.WaitReplicas and WaitAOF need a *redis.Client or *redis.ClusterClient, whose WAIT can follow the command on its connection", name, n)
-		}
 		if !o.NoQuarantine {
 			if r, ok := n.(*redis.Ring); ok && len(r.Options().Addrs) > 1 {
 				// The guard's marker lives on one shard; a lock key on
@@ -204,4 +202,14 @@ func readScript(_ *ballot, _ int, cmd *redis.Cmd) (Outcome, error) {
 		return Taken, nil
 	}
 	return Failed, fmt.Errorf("redlock: unexpected script reply %d", code)
+}
+
+// checkWaitable rejects, in New, a node on which the WAIT of
+// Options.WaitReplicas or WaitAOF could not follow the command on its own
+// connection.
+func checkWaitable(n node) error {
+	if wire.CanWait(n.Node) {
+		return nil
+	}
+	return fmt.Errorf("redlock: %s is a %T: Options.WaitReplicas and WaitAOF need a *redis.Client or *redis.ClusterClient, whose WAIT can follow the command on its connection", n.name, n.Node)
 }

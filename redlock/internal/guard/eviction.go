@@ -54,10 +54,3 @@ func evictedIn(cmd *redis.StringCmd) (int64, error) {
 	}
 	return n, nil
 }
-
-// evicts reports whether a node with these settings may evict keys:
-// maxmemory set (not "0", which is no limit) and a policy other than
-// noeviction.
-func evicts(maxmemory, policy string) bool {
-	return maxmemory != "" && maxmemory != "0" && policy != "" && policy != "noeviction"
-}

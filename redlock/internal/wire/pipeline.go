@@ -368,7 +368,9 @@ func (p *Pipeline[R]) unhold(id int64, batch []job) {
 // ends when the longest of its commands' timeouts has passed, which bounds
 // dialing and retries (and socket reads and writes, for clients with
 // ContextTimeoutEnabled); the client's own timeouts bound the rest. Errors
-// are set on each command.
+// are set on each command. In order: the batch goes with what rides behind
+// it; what must run again runs again, in order per key; then the WAIT and
+// the rider judge, and every reply is delivered.
 func (p *Pipeline[R]) exec(batch []job) {
 	var timeout time.Duration
 	for i := range batch {
@@ -376,53 +378,101 @@ func (p *Pipeline[R]) exec(batch []job) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	t := p.sendBatch(ctx, batch)
+	waitAgain, reran := p.runAgain(ctx, batch, t.wait != nil)
+	if t.wait != nil {
+		p.judgeWaits(batch, t.wait, waitAgain)
+	}
+	if p.onTrip != nil { // one round trip for the whole batch
+		p.onTrip(t.received, t.received.Sub(t.sent))
+	}
+	if p.rider != nil {
+		for i := range batch {
+			if err := batch[i].cmd.Err(); err != nil && err != redis.Nil && redis.HasErrorPrefix(err, "READONLY") {
+				p.rider.Demoted()
+				break
+			}
+		}
+	}
+	if t.guarded {
+		// After any rerun: a NOSCRIPT means a new server process, so the
+		// guard examines the node, and its verdict covers the reruns too.
+		verdict := p.rider.Judge(ctx, p.client, t.ride, Trip{Sent: t.sent, Received: t.received, Suspect: reran})
+		for i := range batch {
+			if batch[i].guarded {
+				batch[i].verdict = verdict
+			}
+		}
+	}
+	for i := range batch {
+		batch[i].deliver()
+	}
+}
+
+// batchTrip is a batch's first trip: what rode with it, and when it went.
+type batchTrip[R any] struct {
+	wait           *redis.Cmd // the WAIT behind the batch; nil: none
+	ride           R          // the rider's commands, where guarded
+	guarded        bool
+	sent, received time.Time
+}
+
+// sendBatch sends the batch's commands as one pipeline (a lone command on
+// go-redis's plain path, which costs less), followed by the rider's
+// commands if any command is guarded and by one WAIT if any must be
+// replicated, and sets the raw replies on their commands.
+func (p *Pipeline[R]) sendBatch(ctx context.Context, batch []job) batchTrip[R] {
+	var t batchTrip[R]
 	// One WAIT at the end of a batch covers every write before it on the
 	// connection (Options.WaitReplicas).
-	var wait *redis.Cmd
 	if p.wait != nil && replicates(batch) {
-		wait = redis.NewCmd(ctx, p.wait.args...)
+		t.wait = redis.NewCmd(ctx, p.wait.args...)
 	}
 	// The rider's commands (the guard's companions) follow the batch's
 	// commands: one set per batch vouches for every guarded command before
 	// it.
 	first := guards(batch)
-	guarded := p.rider != nil && first >= 0
-	var ride R
-	if guarded {
-		ride = p.rider.Board(ctx, batch[first].key)
+	t.guarded = p.rider != nil && first >= 0
+	if t.guarded {
+		t.ride = p.rider.Board(ctx, batch[first].key)
 	}
-	sent := time.Now()
-	if len(batch) == 1 && wait == nil && !guarded { // a lone command: go-redis's plain path costs less
+	t.sent = time.Now()
+	if len(batch) == 1 && t.wait == nil && !t.guarded {
 		_ = p.client.Process(ctx, batch[0].outgoing())
 	} else {
 		b := p.batchPipe()
 		for i := range batch {
 			b.cmds = append(b.cmds, batch[i].outgoing())
 		}
-		if guarded {
-			b.cmds = p.rider.AppendTo(ride, b.cmds)
+		if t.guarded {
+			b.cmds = p.rider.AppendTo(t.ride, b.cmds)
 		}
-		if wait != nil {
-			b.cmds = append(b.cmds, wait)
+		if t.wait != nil {
+			b.cmds = append(b.cmds, t.wait)
 		}
 		_ = b.pipe.BatchProcess(ctx, b.cmds...)
 		_, _ = b.pipe.Exec(ctx)
 		p.putPipe(b)
 	}
-	received := time.Now()
+	t.received = time.Now()
 	for i := range batch {
 		if j := &batch[i]; j.raw != nil {
 			setRaw(j.cmd, j.raw)
 		}
 	}
+	return t
+}
 
-	// A node that lost its script cache (a restart, SCRIPT FLUSH) answers
-	// EVALSHA with NOSCRIPT, and the commands behind it on the same key have
-	// run out of order (a release before its own SET, which would then stay
-	// for its TTL). So run that command and every later one on its key
-	// again, in order, while the batch still holds the key. An error reply
-	// read raw goes again the same way, as a plain command that go-redis
-	// reads (see rawreply.go), and so does a READONLY (see runsAgain).
+// runAgain runs again what must: a node that lost its script cache (a
+// restart, SCRIPT FLUSH) answers EVALSHA with NOSCRIPT, and the commands
+// behind it on the same key have run out of order (a release before its
+// own SET, which would then stay for its TTL). So that command and every
+// later one on its key run again, in order, while the batch still holds the
+// key. An error reply read raw goes again the same way, as a plain command
+// that go-redis reads (see rawreply.go), and so does a READONLY (see
+// runsAgain). With waited, a second WAIT follows the reruns; it is
+// returned. reran reports whether anything ran again.
+func (p *Pipeline[R]) runAgain(ctx context.Context, batch []job, waited bool) (waitAgain *redis.Cmd, reran bool) {
 	var again redis.Pipeliner
 	var redo map[string]bool // keys whose remaining commands run again
 	for i := range batch {
@@ -436,7 +486,7 @@ func (p *Pipeline[R]) exec(batch []job) {
 		redo[j.key] = true
 		// A release runs again too, after the commands before it on its
 		// key (an extension that heals would otherwise set the key again
-		// after it: see the invariant at pipeline). If it had deleted its
+		// after it: see the invariant at Pipeline). If it had deleted its
 		// value already, it stays reported so (deletedFirst).
 		if j.role == RoleReleases && j.cmd.Err() == nil {
 			if n, _ := j.cmd.Int64(); n == 1 {
@@ -447,61 +497,42 @@ func (p *Pipeline[R]) exec(batch []job) {
 		j.rerun = true
 		_ = again.Process(ctx, j.cmd)
 	}
-	var waitAgain *redis.Cmd
-	if again != nil {
-		if wait != nil {
-			waitAgain = redis.NewCmd(ctx, p.wait.within(ctx)...)
-			_ = again.Process(ctx, waitAgain)
-		}
-		_, _ = again.Exec(ctx)
-		for i := range batch {
-			if j := &batch[i]; j.deletedFirst {
-				if n, err := j.cmd.Int64(); err != nil || n != 1 {
-					j.cmd.SetErr(nil)
-					j.cmd.SetVal(int64(1)) // its first run deleted the value
-				}
+	if again == nil {
+		return nil, false
+	}
+	if waited {
+		waitAgain = redis.NewCmd(ctx, p.wait.within(ctx)...)
+		_ = again.Process(ctx, waitAgain)
+	}
+	_, _ = again.Exec(ctx)
+	for i := range batch {
+		if j := &batch[i]; j.deletedFirst {
+			if n, err := j.cmd.Int64(); err != nil || n != 1 {
+				j.cmd.SetErr(nil)
+				j.cmd.SetVal(int64(1)) // its first run deleted the value
 			}
 		}
 	}
-	if wait != nil {
-		firstWait := p.wait.Verdict(wait)
-		var second error
-		if waitAgain != nil {
-			second = p.wait.Verdict(waitAgain)
-		}
-		for i := range batch {
-			switch j := &batch[i]; {
-			case !j.replicate:
-			case j.rerun:
-				j.notReplicated = second
-			default:
-				j.notReplicated = firstWait
-			}
-		}
-	}
-	if p.onTrip != nil { // one round trip for the whole batch
-		p.onTrip(received, received.Sub(sent))
-	}
-	if p.rider != nil {
-		for i := range batch {
-			if err := batch[i].cmd.Err(); err != nil && err != redis.Nil && redis.HasErrorPrefix(err, "READONLY") {
-				p.rider.Demoted()
-				break
-			}
-		}
-	}
-	if guarded {
-		// After any rerun: a NOSCRIPT means a new server process, so the
-		// guard examines the node, and its verdict covers the reruns too.
-		verdict := p.rider.Judge(ctx, p.client, ride, Trip{Sent: sent, Received: received, Suspect: again != nil})
-		for i := range batch {
-			if batch[i].guarded {
-				batch[i].verdict = verdict
-			}
-		}
+	return waitAgain, true
+}
+
+// judgeWaits gives each command that must be replicated the verdict of the
+// WAIT that followed it: the batch's, or for a command that ran again, the
+// rerun's (waitAgain).
+func (p *Pipeline[R]) judgeWaits(batch []job, wait, waitAgain *redis.Cmd) {
+	first := p.wait.Verdict(wait)
+	var second error
+	if waitAgain != nil {
+		second = p.wait.Verdict(waitAgain)
 	}
 	for i := range batch {
-		batch[i].deliver()
+		switch j := &batch[i]; {
+		case !j.replicate:
+		case j.rerun:
+			j.notReplicated = second
+		default:
+			j.notReplicated = first
+		}
 	}
 }
 
