@@ -20,57 +20,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlock/redlock/internal/batchhook"
 	"github.com/redlock/redlock/quorum"
 	"github.com/redlock/redlock/redlock/internal/wire"
 )
-
-// pipelineCounter is a go-redis hook that counts the batches a client sends
-// (a pipeline, or a lone command) and their sizes, leaving out those that
-// set up a connection, and can hold the first one until released.
-type pipelineCounter struct {
-	mu    sync.Mutex
-	sizes []int
-	hold  chan struct{} // if set, the first batch waits for it to close
-}
-
-func (h *pipelineCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		switch cmd.(type) {
-		case *redis.Cmd, *redis.RawCmd: // the pipeline's, not the test's own LRange, Ping...
-			h.record(cmd.Name(), 1)
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (h *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.record(cmds[0].Name(), len(cmds))
-		return next(ctx, cmds)
-	}
-}
-
-func (h *pipelineCounter) record(first string, n int) {
-	switch first {
-	case "hello", "client", "auth", "select": // a new connection's set-up
-		return
-	}
-	h.mu.Lock()
-	h.sizes = append(h.sizes, n)
-	held := len(h.sizes) == 1 && h.hold != nil
-	h.mu.Unlock()
-	if held {
-		<-h.hold
-	}
-}
-
-func (h *pipelineCounter) pipelines() []int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]int(nil), h.sizes...)
-}
 
 // submitted is one command submitted to a node's transport on its own
 // round.
@@ -113,13 +66,13 @@ func TestPipelineRefusalIsReported(t *testing.T) {
 	_ = m.Set("redlock:memory", "0 ?") // trusted: see trust in helpers_test.go
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { client.Close() })
-	hooks := &pipelineCounter{hold: make(chan struct{})}
+	hooks := &batchhook.Counter{Hold: make(chan struct{})}
 	client.AddHook(hooks)
 	l, err := New([]Node{client}, nil)
 	require.NoError(t, err)
 	blocker, ok := submitDo(l.nodes[0], "PING") // its batch held in flight
 	require.True(t, ok)
-	require.Eventually(t, func() bool { return len(hooks.pipelines()) == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return len(hooks.Pipelines()) == 1 }, 5*time.Second, time.Millisecond)
 	var fillers []submitted
 	for { // and the queue full behind it
 		s, ok := submitDo(l.nodes[0], "PING")
@@ -133,7 +86,7 @@ func TestPipelineRefusalIsReported(t *testing.T) {
 	var qe *QuorumError
 	require.ErrorAs(t, err, &qe)
 	assert.True(t, errors.Is(qe.Nodes[0].Err, wire.ErrNodeBusy), "got %v", qe.Nodes[0].Err)
-	close(hooks.hold)
+	close(hooks.Hold)
 	for _, s := range append(fillers, blocker) {
 		_, err := s.round.Result(0)
 		require.NoError(t, err)
@@ -147,7 +100,7 @@ func TestPipelineRefusalIsReported(t *testing.T) {
 // everything the Locker sends there queues behind it.
 func heldNodes(t *testing.T, opts *Options) (servers []*miniredis.Miniredis, clients []*redis.Client, l *Locker, release func()) {
 	t.Helper()
-	hooks := &pipelineCounter{hold: make(chan struct{})}
+	hooks := &batchhook.Counter{Hold: make(chan struct{})}
 	var nodes []Node
 	for i := range 3 {
 		m := miniredis.RunT(t)
@@ -163,10 +116,10 @@ func heldNodes(t *testing.T, opts *Options) (servers []*miniredis.Miniredis, cli
 	require.NoError(t, err)
 	blocker, ok := submitDo(l.nodes[0], "PING")
 	require.True(t, ok)
-	require.Eventually(t, func() bool { return len(hooks.pipelines()) == 1 }, 5*time.Second, time.Millisecond, "node 0's first batch is held")
+	require.Eventually(t, func() bool { return len(hooks.Pipelines()) == 1 }, 5*time.Second, time.Millisecond, "node 0's first batch is held")
 	var once sync.Once
 	release = func() {
-		once.Do(func() { close(hooks.hold) })
+		once.Do(func() { close(hooks.Hold) })
 		_, err := blocker.round.Result(0)
 		require.NoError(t, err)
 	}

@@ -58,38 +58,16 @@ func settle(round *quorum.Round[Outcome], calls *tracker, i int, o Outcome, err 
 	calls.done()
 }
 
-// tracker counts calls in flight.
-type tracker struct {
-	mu   sync.Mutex
-	n    int
-	idle chan struct{}
-}
+// tracker counts calls in flight, as the coordinator's Drain does.
+type tracker struct{ wg sync.WaitGroup }
 
-func (t *tracker) add(k int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.n == 0 {
-		t.idle = make(chan struct{})
-	}
-	t.n += k
-}
+func (t *tracker) add(k int) { t.wg.Add(k) }
+func (t *tracker) done()     { t.wg.Done() }
 
-func (t *tracker) done() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.n--; t.n == 0 {
-		close(t.idle)
-	}
-}
-
+// wait returns once every call added was done, or with ctx's error.
 func (t *tracker) wait(ctx context.Context) error {
-	t.mu.Lock()
-	if t.n == 0 {
-		t.mu.Unlock()
-		return nil
-	}
-	idle := t.idle
-	t.mu.Unlock()
+	idle := make(chan struct{})
+	go func() { t.wg.Wait(); close(idle) }()
 	select {
 	case <-idle:
 		return nil

@@ -17,57 +17,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlock/redlock/internal/batchhook"
 	"github.com/redlock/redlock/internal/faultnet"
 	"github.com/redlock/redlock/quorum"
 )
-
-// pipelineCounter is a go-redis hook that counts the batches a client sends
-// (a pipeline, or a lone command) and their sizes, leaving out those that
-// set up a connection, and can hold the first one until released.
-type pipelineCounter struct {
-	mu    sync.Mutex
-	sizes []int
-	hold  chan struct{} // if set, the first batch waits for it to close
-}
-
-func (h *pipelineCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *pipelineCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		switch cmd.(type) {
-		case *redis.Cmd, *redis.RawCmd: // the pipeline's, not the test's own LRange, Ping...
-			h.record(cmd.Name(), 1)
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (h *pipelineCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.record(cmds[0].Name(), len(cmds))
-		return next(ctx, cmds)
-	}
-}
-
-func (h *pipelineCounter) record(first string, n int) {
-	switch first {
-	case "hello", "client", "auth", "select": // a new connection's set-up
-		return
-	}
-	h.mu.Lock()
-	h.sizes = append(h.sizes, n)
-	held := len(h.sizes) == 1 && h.hold != nil
-	h.mu.Unlock()
-	if held {
-		<-h.hold
-	}
-}
-
-func (h *pipelineCounter) pipelines() []int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]int(nil), h.sizes...)
-}
 
 // submitted is one command submitted to a pipeline on its own round.
 type submitted struct {
@@ -101,7 +54,7 @@ func (p *Pipeline[R]) idle() bool {
 
 // counted returns a pipeline over a client of a fresh miniredis, with hooks
 // counting its batches.
-func counted(t *testing.T, hooks *pipelineCounter) (*miniredis.Miniredis, *redis.Client, *pipeline) {
+func counted(t *testing.T, hooks *batchhook.Counter) (*miniredis.Miniredis, *redis.Client, *pipeline) {
 	t.Helper()
 	m := miniredis.RunT(t)
 	_ = m.Set("redlock:memory", "0 ?") // trusted: see trust in redlock's helpers_test.go
@@ -114,7 +67,7 @@ func counted(t *testing.T, hooks *pipelineCounter) (*miniredis.Miniredis, *redis
 // blackholed returns a pipeline, with hooks counting its batches, over a
 // client (no retries, readTimeout) connected through proxy to a fresh
 // miniredis, and then black-holes the proxy: the node stops answering.
-func blackholed(t *testing.T, hooks *pipelineCounter, readTimeout time.Duration) (*faultnet.Proxy, *redis.Client, *pipeline) {
+func blackholed(t *testing.T, hooks *batchhook.Counter, readTimeout time.Duration) (*faultnet.Proxy, *redis.Client, *pipeline) {
 	t.Helper()
 	m := miniredis.RunT(t)
 	_ = m.Set("redlock:memory", "0 ?") // trusted: see trust in redlock's helpers_test.go
@@ -132,7 +85,7 @@ func blackholed(t *testing.T, hooks *pipelineCounter, readTimeout time.Duration)
 // Commands from concurrent callers on each key run in the order each caller
 // queued them, all complete, and the senders end when the queue is empty.
 func TestPipelineKeepsOrder(t *testing.T) {
-	hooks := &pipelineCounter{}
+	hooks := &batchhook.Counter{}
 	_, client, p := counted(t, hooks)
 
 	var wg sync.WaitGroup
@@ -183,34 +136,34 @@ func TestPipelineKeepsOrder(t *testing.T) {
 	require.Equal(t, 16*200, total)
 	require.Eventually(t, p.idle, time.Second, time.Millisecond, "the sender must end when idle")
 	sent := 0
-	for _, n := range hooks.pipelines() {
+	for _, n := range hooks.Pipelines() {
 		sent += n
 	}
 	assert.Equal(t, 16*200, sent)
-	t.Logf("3,200 commands in %d pipelines", len(hooks.pipelines()))
+	t.Logf("3,200 commands in %d pipelines", len(hooks.Pipelines()))
 }
 
 // Commands queued while a batch is in flight go out together in the next
 // one, up to batchMax, in order.
 func TestPipelineBatchesWhatWaits(t *testing.T) {
-	hooks := &pipelineCounter{hold: make(chan struct{})}
+	hooks := &batchhook.Counter{Hold: make(chan struct{})}
 	_, client, p := counted(t, hooks)
 
 	first, ok := submitDo(p, "RPUSH", "list", -1)
 	require.True(t, ok)
-	require.Eventually(t, func() bool { return len(hooks.pipelines()) == 1 }, time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return len(hooks.Pipelines()) == 1 }, time.Second, time.Millisecond)
 	var rest []submitted
 	for i := range batchMax + 10 {
 		s, ok := submitDo(p, "RPUSH", "list", i)
 		require.True(t, ok)
 		rest = append(rest, s)
 	}
-	close(hooks.hold)
+	close(hooks.Hold)
 	for _, s := range append(rest, first) {
 		_, err := s.round.Result(0)
 		require.NoError(t, err)
 	}
-	assert.Equal(t, []int{1, batchMax, 10}, hooks.pipelines())
+	assert.Equal(t, []int{1, batchMax, 10}, hooks.Pipelines())
 	vals, err := client.LRange(t.Context(), "list", 0, -1).Result()
 	require.NoError(t, err)
 	for i, v := range vals {
@@ -223,12 +176,12 @@ func TestPipelineBatchesWhatWaits(t *testing.T) {
 // read timeout ends the stuck batch, every queued command is answered and
 // the sender ends.
 func TestPipelineBoundsAHungNode(t *testing.T) {
-	hooks := &pipelineCounter{}
+	hooks := &batchhook.Counter{}
 	proxy, _, p := blackholed(t, hooks, 300*time.Millisecond)
 
 	stuck, ok := submitDo(p, "PING")
 	require.True(t, ok)
-	require.Eventually(t, func() bool { return len(hooks.pipelines()) == 1 }, time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return len(hooks.Pipelines()) == 1 }, time.Second, time.Millisecond)
 	var queued []submitted
 	refused := 0
 	for range PipelineQueue + 100 {
@@ -258,13 +211,13 @@ func TestPipelineBoundsAHungNode(t *testing.T) {
 // so do new ones, instead of waiting to be replayed when the node wakes up.
 // A batch that comes back ends that.
 func TestPipelineFailsFastWhenTheNodeStopsAnswering(t *testing.T) {
-	hooks := &pipelineCounter{}
+	hooks := &batchhook.Counter{}
 	proxy, client, p := blackholed(t, hooks, time.Second)
 	p.stallAfter = 100 * time.Millisecond
 
 	stuck, ok := submitDo(p, "RPUSH", "k", "stuck")
 	require.True(t, ok)
-	require.Eventually(t, func() bool { return len(hooks.pipelines()) == 1 }, time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return len(hooks.Pipelines()) == 1 }, time.Second, time.Millisecond)
 	var queued []submitted
 	for i := range 10 {
 		s, ok := submitDo(p, "RPUSH", "k", i)
@@ -305,7 +258,7 @@ func TestPipelineFailsFastWhenTheNodeStopsAnswering(t *testing.T) {
 // A node that lost its scripts answers EVALSHA with NOSCRIPT; the sender
 // resends those scripts with EVAL before anything queued after them.
 func TestPipelineResendsScriptsAfterNoscript(t *testing.T) {
-	hooks := &pipelineCounter{}
+	hooks := &batchhook.Counter{}
 	m, client, p := counted(t, hooks)
 	require.NoError(t, m.Set("k", "v"))
 	require.NoError(t, client.ScriptFlush(t.Context()).Err())
@@ -319,7 +272,7 @@ func TestPipelineResendsScriptsAfterNoscript(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, Granted, o)
 	assert.False(t, m.Exists("k"))
-	assert.Equal(t, []int{1, 1}, hooks.pipelines(), "EVALSHA, then EVAL alone")
+	assert.Equal(t, []int{1, 1}, hooks.Pipelines(), "EVALSHA, then EVAL alone")
 }
 
 // On a far node (batches slow to come back), a batch in flight holds back
@@ -330,7 +283,7 @@ func TestPipelineResendsScriptsAfterNoscript(t *testing.T) {
 func TestPipelineHoldsBackOnlyTheKeysInFlight(t *testing.T) {
 	for _, far := range []bool{true, false} {
 		t.Run(map[bool]string{true: "far node", false: "near node"}[far], func(t *testing.T) {
-			hooks := &pipelineCounter{hold: make(chan struct{})}
+			hooks := &batchhook.Counter{Hold: make(chan struct{})}
 			_, client, p := counted(t, hooks)
 			if far {
 				p.rtt = farRTT
@@ -338,7 +291,7 @@ func TestPipelineHoldsBackOnlyTheKeysInFlight(t *testing.T) {
 
 			first, ok := submitDo(p, "RPUSH", "held", "1")
 			require.True(t, ok)
-			require.Eventually(t, func() bool { return len(hooks.pipelines()) == 1 }, time.Second, time.Millisecond)
+			require.Eventually(t, func() bool { return len(hooks.Pipelines()) == 1 }, time.Second, time.Millisecond)
 			same, ok := submitDo(p, "RPUSH", "held", "2")
 			require.True(t, ok)
 			other, ok := submitDo(p, "RPUSH", "other", "1")
@@ -362,7 +315,7 @@ func TestPipelineHoldsBackOnlyTheKeysInFlight(t *testing.T) {
 				t.Fatal("a near node sent a second batch while one was in flight")
 			case <-time.After(50 * time.Millisecond):
 			}
-			close(hooks.hold)
+			close(hooks.Hold)
 			for _, s := range []submitted{first, same, other} {
 				_, err := s.round.Result(0)
 				require.NoError(t, err)
@@ -372,7 +325,7 @@ func TestPipelineHoldsBackOnlyTheKeysInFlight(t *testing.T) {
 			assert.Equal(t, []string{"1", "2"}, vals)
 			require.Eventually(t, p.idle, time.Second, time.Millisecond)
 			if !far {
-				assert.Equal(t, []int{1, 2}, hooks.pipelines(), "the waiting commands go out together")
+				assert.Equal(t, []int{1, 2}, hooks.Pipelines(), "the waiting commands go out together")
 			}
 		})
 	}
@@ -383,7 +336,7 @@ func TestPipelineHoldsBackOnlyTheKeysInFlight(t *testing.T) {
 // of its connection), not one per command; every command of the batch gets
 // the WAIT's verdict.
 func TestPipelineSendsOneWaitPerBatch(t *testing.T) {
-	hooks := &pipelineCounter{hold: make(chan struct{})}
+	hooks := &batchhook.Counter{Hold: make(chan struct{})}
 	m, _, p := counted(t, hooks)
 	p.wait = NewWait(1, false, time.Second)
 	var waits atomic.Int32
@@ -411,17 +364,17 @@ func TestPipelineSendsOneWaitPerBatch(t *testing.T) {
 	}
 
 	first := submit("first")
-	require.Eventually(t, func() bool { return len(hooks.pipelines()) == 1 }, time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return len(hooks.Pipelines()) == 1 }, time.Second, time.Millisecond)
 	var rest []submitted
 	for i := range 20 {
 		rest = append(rest, submit("k"+strconv.Itoa(i)))
 	}
-	close(hooks.hold)
+	close(hooks.Hold)
 	for _, s := range append(rest, first) {
 		o, err := s.round.Result(0)
 		require.NoError(t, err)
 		require.Equal(t, Granted, o)
 	}
-	assert.Equal(t, []int{2, 21}, hooks.pipelines(), "each batch: its commands and one WAIT")
+	assert.Equal(t, []int{2, 21}, hooks.Pipelines(), "each batch: its commands and one WAIT")
 	assert.EqualValues(t, 2, waits.Load(), "one WAIT per batch")
 }

@@ -1,0 +1,60 @@
+// Package batchhook is a go-redis hook for tests: it shows how a client's
+// commands went out (how many batches, of what sizes) and can hold the
+// first batch in flight, so that a test can pile commands up behind it.
+package batchhook
+
+import (
+	"context"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Counter is a go-redis hook that counts the batches a client sends (a
+// pipeline, or a lone command) and their sizes, leaving out those that set
+// up a connection, and can hold the first one until released.
+type Counter struct {
+	mu    sync.Mutex
+	sizes []int
+	Hold  chan struct{} // if set, the first batch waits for it to close
+}
+
+func (h *Counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *Counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		switch cmd.(type) {
+		case *redis.Cmd, *redis.RawCmd: // the pipeline's, not the test's own LRange, Ping...
+			h.record(cmd.Name(), 1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *Counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.record(cmds[0].Name(), len(cmds))
+		return next(ctx, cmds)
+	}
+}
+
+func (h *Counter) record(first string, n int) {
+	switch first {
+	case "hello", "client", "auth", "select": // a new connection's set-up
+		return
+	}
+	h.mu.Lock()
+	h.sizes = append(h.sizes, n)
+	held := len(h.sizes) == 1 && h.Hold != nil
+	h.mu.Unlock()
+	if held {
+		<-h.Hold
+	}
+}
+
+// Pipelines returns the sizes of the batches sent so far, in order.
+func (h *Counter) Pipelines() []int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]int(nil), h.sizes...)
+}
