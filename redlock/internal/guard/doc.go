@@ -1,5 +1,6 @@
-// Package guard is the node guard. It checks Redlock's two assumptions about each node on the
-// hot path, instead of trusting the operator with them:
+// Package guard is the node guard. It checks Redlock's two assumptions
+// about each node on the hot path, instead of trusting the operator with
+// them:
 //
 //   - A node does not come back having forgotten keys it granted (a restart
 //     without persistence, a FLUSHALL, an RDB snapshot older than its last
@@ -61,7 +62,7 @@
 // multi-key command (which the cluster refuses with TRYAGAIN mid-migration).
 // A cluster node's clock is not measured: its slot's master changes with
 // failovers, and so would the clock.
-
+//
 // It imports the transport's contract (internal/wire: the guard is the
 // transport's Rider), internal/reply, the support packages (clock, drift,
 // internal/hashtag) and go-redis; never the coordinator. Its decisions take
