@@ -47,8 +47,8 @@ func (l *Locker) fanOut(ctx context.Context, f fan, c wire.Command, read reader)
 	for i, n := range l.nodes {
 		s := wire.Send{Timeout: f.timeout, Skip: f.skip}
 		if !n.pipelined {
-			if f.after != nil {
-				s.After = f.after.Settled(i)
+			if f.after != nil { // a nil *Round would make a non-nil Settler
+				s.After = f.after
 			}
 			if f.earlier != nil {
 				s.Await = f.earlier[i]

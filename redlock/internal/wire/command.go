@@ -182,10 +182,12 @@ type Send struct {
 	// this long, and a direct call's context ends this long after it is
 	// sent. The coordinator's vote is bounded separately.
 	Timeout time.Duration
-	// After: the direct transport sends only once After is closed (the call
-	// this one must not overtake: a release behind its own SET). The
-	// pipeline keeps order per key itself and ignores it.
-	After <-chan struct{}
+	// After: the direct transport sends only once After's call on the same
+	// node has returned (the call this one must not overtake: a release
+	// behind its own SET). It asks from the call's goroutine, when it is
+	// about to send, not when the call is submitted. The pipeline keeps
+	// order per key itself and ignores it.
+	After Settler
 	// Skip, if set, says whether the command is not to be sent, and why:
 	// the direct transport asks once After is closed, the pipeline when the
 	// command is queued. Its error is the call's.
@@ -196,6 +198,12 @@ type Send struct {
 	// Finish, if set, is called once a direct call returned, before its
 	// reply is delivered.
 	Finish func()
+}
+
+// Settler is a set of earlier calls, one per node, each of which says when
+// it has returned: a coordinator's round (quorum.Round satisfies it).
+type Settler interface {
+	Settled(node int) <-chan struct{}
 }
 
 // Link is one node's transport: a Pipeline or a Direct.

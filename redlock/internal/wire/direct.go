@@ -62,7 +62,7 @@ func (d *Direct[R]) call(ctx context.Context, c Command, s Send, to Receiver, no
 	var took time.Duration // the call's round trip, once sent
 	r := func() Reply {
 		if s.After != nil {
-			<-s.After
+			<-s.After.Settled(node)
 		}
 		if s.Skip != nil {
 			if err := s.Skip(node); err != nil {
