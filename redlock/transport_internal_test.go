@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/redlock/redlock/internal/batchhook"
+	"github.com/redlock/redlock/internal/redistest"
 	"github.com/redlock/redlock/quorum"
 	"github.com/redlock/redlock/redlock/internal/wire"
 )
@@ -66,7 +66,7 @@ func TestPipelineRefusalIsReported(t *testing.T) {
 	_ = m.Set("redlock:memory", "0 ?") // trusted: see trust in helpers_test.go
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { client.Close() })
-	hooks := &batchhook.Counter{Hold: make(chan struct{})}
+	hooks := &redistest.Batches{Hold: make(chan struct{})}
 	client.AddHook(hooks)
 	l, err := New([]Node{client}, nil)
 	require.NoError(t, err)
@@ -100,7 +100,7 @@ func TestPipelineRefusalIsReported(t *testing.T) {
 // everything the Locker sends there queues behind it.
 func heldNodes(t *testing.T, opts *Options) (servers []*miniredis.Miniredis, clients []*redis.Client, l *Locker, release func()) {
 	t.Helper()
-	hooks := &batchhook.Counter{Hold: make(chan struct{})}
+	hooks := &redistest.Batches{Hold: make(chan struct{})}
 	var nodes []Node
 	for i := range 3 {
 		m := miniredis.RunT(t)

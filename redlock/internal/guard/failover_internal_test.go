@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlock/redlock/internal/redistest"
 	"github.com/redlock/redlock/redlock/internal/reply"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -94,7 +95,7 @@ func TestReplicationCompanion(t *testing.T) {
 	assert.True(t, changed, "a reply that does not say is a change")
 
 	refused := redis.NewStringCmd(t.Context())
-	refused.SetErr(serverError("NOPERM User u has no permissions to run the 'info' command"))
+	refused.SetErr(redistest.ServerError("NOPERM User u has no permissions to run the 'info' command"))
 	_, err = h.changedIn(refused)
 	assert.ErrorIs(t, err, errNoPermission)
 	assert.ErrorContains(t, err, "INFO replication")
@@ -128,17 +129,10 @@ func TestEvictionCompanion(t *testing.T) {
 	_, err = evictedIn(reply("evicted_keys:many\r\n"))
 	assert.ErrorContains(t, err, "many")
 	refused := redis.NewStringCmd(t.Context())
-	refused.SetErr(serverError("NOPERM User u has no permissions to run the 'info' command"))
+	refused.SetErr(redistest.ServerError("NOPERM User u has no permissions to run the 'info' command"))
 	_, err = evictedIn(refused)
 	assert.ErrorIs(t, err, errNoPermission)
 }
-
-// serverError is msg as go-redis reads a server's error reply: its reply
-// type, which is internal to go-redis and the static type of
-// redis.ErrNoScript.
-func serverError(msg string) error { return replyError(redis.ErrNoScript, msg) }
-
-func replyError[T ~string](_ T, msg string) error { return any(T(msg)).(error) }
 
 // errNoPermission is reply.ErrNoPermission, for tests whose locals are
 // named reply.

@@ -89,11 +89,7 @@ func (g *Guard) Warm(ctx context.Context, ex redis.Scripter) error {
 // their next use.
 func (g *Guard) Forget(ctx context.Context, ex redis.Scripter) error {
 	g.drop()
-	if g.cluster {
-		return nil
-	}
-	_, _, err := g.examine(ctx, ex, markerKey)
-	return err
+	return g.Warm(ctx, ex)
 }
 
 // Current is the guard's verdict now, over every marker it examined: the

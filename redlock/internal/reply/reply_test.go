@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redlock/redlock/internal/redistest"
 )
 
 // Each server's wording of an ACL refusal is one; other errors are not.
@@ -23,7 +23,7 @@ func TestDeniedByACL(t *testing.T) {
 		"ERR value is not an integer or out of range":           false,
 		"READONLY You can't write against a read only replica.": false,
 	} {
-		if got := DeniedByACL(serverError(text)); got != want {
+		if got := DeniedByACL(redistest.ServerError(text)); got != want {
 			t.Errorf("DeniedByACL(%q) = %v; want %v", text, got, want)
 		}
 	}
@@ -34,10 +34,3 @@ func TestDeniedByACL(t *testing.T) {
 		t.Error("nil counted as a refusal")
 	}
 }
-
-// serverError is msg as go-redis reads a server's error reply: its reply
-// type, which is internal to go-redis and the static type of
-// redis.ErrNoScript.
-func serverError(msg string) error { return replyError(redis.ErrNoScript, msg) }
-
-func replyError[T ~string](_ T, msg string) error { return any(T(msg)).(error) }

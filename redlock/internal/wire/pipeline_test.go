@@ -17,8 +17,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/redlock/redlock/internal/batchhook"
 	"github.com/redlock/redlock/internal/faultnet"
+	"github.com/redlock/redlock/internal/redistest"
 	"github.com/redlock/redlock/quorum"
 )
 
@@ -54,7 +54,7 @@ func (p *Pipeline[R]) idle() bool {
 
 // counted returns a pipeline over a client of a fresh miniredis, with hooks
 // counting its batches.
-func counted(t *testing.T, hooks *batchhook.Counter) (*miniredis.Miniredis, *redis.Client, *pipeline) {
+func counted(t *testing.T, hooks *redistest.Batches) (*miniredis.Miniredis, *redis.Client, *pipeline) {
 	t.Helper()
 	m := miniredis.RunT(t)
 	_ = m.Set("redlock:memory", "0 ?") // trusted: see trust in redlock's helpers_test.go
@@ -67,7 +67,7 @@ func counted(t *testing.T, hooks *batchhook.Counter) (*miniredis.Miniredis, *red
 // blackholed returns a pipeline, with hooks counting its batches, over a
 // client (no retries, readTimeout) connected through proxy to a fresh
 // miniredis, and then black-holes the proxy: the node stops answering.
-func blackholed(t *testing.T, hooks *batchhook.Counter, readTimeout time.Duration) (*faultnet.Proxy, *redis.Client, *pipeline) {
+func blackholed(t *testing.T, hooks *redistest.Batches, readTimeout time.Duration) (*faultnet.Proxy, *redis.Client, *pipeline) {
 	t.Helper()
 	m := miniredis.RunT(t)
 	_ = m.Set("redlock:memory", "0 ?") // trusted: see trust in redlock's helpers_test.go
@@ -85,7 +85,7 @@ func blackholed(t *testing.T, hooks *batchhook.Counter, readTimeout time.Duratio
 // Commands from concurrent callers on each key run in the order each caller
 // queued them, all complete, and the senders end when the queue is empty.
 func TestPipelineKeepsOrder(t *testing.T) {
-	hooks := &batchhook.Counter{}
+	hooks := &redistest.Batches{}
 	_, client, p := counted(t, hooks)
 
 	var wg sync.WaitGroup
@@ -146,7 +146,7 @@ func TestPipelineKeepsOrder(t *testing.T) {
 // Commands queued while a batch is in flight go out together in the next
 // one, up to batchMax, in order.
 func TestPipelineBatchesWhatWaits(t *testing.T) {
-	hooks := &batchhook.Counter{Hold: make(chan struct{})}
+	hooks := &redistest.Batches{Hold: make(chan struct{})}
 	_, client, p := counted(t, hooks)
 
 	first, ok := submitDo(p, "RPUSH", "list", -1)
@@ -176,7 +176,7 @@ func TestPipelineBatchesWhatWaits(t *testing.T) {
 // read timeout ends the stuck batch, every queued command is answered and
 // the sender ends.
 func TestPipelineBoundsAHungNode(t *testing.T) {
-	hooks := &batchhook.Counter{}
+	hooks := &redistest.Batches{}
 	proxy, _, p := blackholed(t, hooks, 300*time.Millisecond)
 
 	stuck, ok := submitDo(p, "PING")
@@ -211,7 +211,7 @@ func TestPipelineBoundsAHungNode(t *testing.T) {
 // so do new ones, instead of waiting to be replayed when the node wakes up.
 // A batch that comes back ends that.
 func TestPipelineFailsFastWhenTheNodeStopsAnswering(t *testing.T) {
-	hooks := &batchhook.Counter{}
+	hooks := &redistest.Batches{}
 	proxy, client, p := blackholed(t, hooks, time.Second)
 	p.stallAfter = 100 * time.Millisecond
 
@@ -258,7 +258,7 @@ func TestPipelineFailsFastWhenTheNodeStopsAnswering(t *testing.T) {
 // A node that lost its scripts answers EVALSHA with NOSCRIPT; the sender
 // resends those scripts with EVAL before anything queued after them.
 func TestPipelineResendsScriptsAfterNoscript(t *testing.T) {
-	hooks := &batchhook.Counter{}
+	hooks := &redistest.Batches{}
 	m, client, p := counted(t, hooks)
 	require.NoError(t, m.Set("k", "v"))
 	require.NoError(t, client.ScriptFlush(t.Context()).Err())
@@ -283,7 +283,7 @@ func TestPipelineResendsScriptsAfterNoscript(t *testing.T) {
 func TestPipelineHoldsBackOnlyTheKeysInFlight(t *testing.T) {
 	for _, far := range []bool{true, false} {
 		t.Run(map[bool]string{true: "far node", false: "near node"}[far], func(t *testing.T) {
-			hooks := &batchhook.Counter{Hold: make(chan struct{})}
+			hooks := &redistest.Batches{Hold: make(chan struct{})}
 			_, client, p := counted(t, hooks)
 			if far {
 				p.rtt = farRTT
@@ -336,7 +336,7 @@ func TestPipelineHoldsBackOnlyTheKeysInFlight(t *testing.T) {
 // of its connection), not one per command; every command of the batch gets
 // the WAIT's verdict.
 func TestPipelineSendsOneWaitPerBatch(t *testing.T) {
-	hooks := &batchhook.Counter{Hold: make(chan struct{})}
+	hooks := &redistest.Batches{Hold: make(chan struct{})}
 	m, _, p := counted(t, hooks)
 	p.wait = NewWait(1, false, time.Second)
 	var waits atomic.Int32

@@ -54,9 +54,6 @@ func NewWait(replicas int, aof bool, nodeTimeout time.Duration) *Wait {
 	return w
 }
 
-// Args are the WAIT's arguments.
-func (w *Wait) Args() []any { return w.args }
-
 // within returns the WAIT's arguments for a second WAIT on the same call (a
 // script resent after NOSCRIPT): its timeout is at most half of what is left
 // of ctx, so that the node still answers before its NodeTimeout even when

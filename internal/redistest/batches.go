@@ -1,7 +1,7 @@
-// Package batchhook is a go-redis hook for tests: it shows how a client's
-// commands went out (how many batches, of what sizes) and can hold the
-// first batch in flight, so that a test can pile commands up behind it.
-package batchhook
+// Package redistest holds go-redis helpers for the module's tests: a hook
+// that shows how a client's commands went out and can hold them (Batches),
+// and a server's error reply as go-redis reads it (ServerError).
+package redistest
 
 import (
 	"context"
@@ -10,18 +10,18 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Counter is a go-redis hook that counts the batches a client sends (a
+// Batches is a go-redis hook that counts the batches a client sends (a
 // pipeline, or a lone command) and their sizes, leaving out those that set
 // up a connection, and can hold the first one until released.
-type Counter struct {
+type Batches struct {
 	mu    sync.Mutex
 	sizes []int
 	Hold  chan struct{} // if set, the first batch waits for it to close
 }
 
-func (h *Counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *Batches) DialHook(next redis.DialHook) redis.DialHook { return next }
 
-func (h *Counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *Batches) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		switch cmd.(type) {
 		case *redis.Cmd, *redis.RawCmd: // the pipeline's, not the test's own LRange, Ping...
@@ -31,14 +31,14 @@ func (h *Counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
-func (h *Counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *Batches) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.record(cmds[0].Name(), len(cmds))
 		return next(ctx, cmds)
 	}
 }
 
-func (h *Counter) record(first string, n int) {
+func (h *Batches) record(first string, n int) {
 	switch first {
 	case "hello", "client", "auth", "select": // a new connection's set-up
 		return
@@ -53,7 +53,7 @@ func (h *Counter) record(first string, n int) {
 }
 
 // Pipelines returns the sizes of the batches sent so far, in order.
-func (h *Counter) Pipelines() []int {
+func (h *Batches) Pipelines() []int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]int(nil), h.sizes...)
