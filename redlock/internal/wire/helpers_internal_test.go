@@ -64,7 +64,9 @@ type tracker struct{ wg sync.WaitGroup }
 func (t *tracker) add(k int) { t.wg.Add(k) }
 func (t *tracker) done()     { t.wg.Done() }
 
-// wait returns once every call added was done, or with ctx's error.
+// wait returns once every call added was done, or with ctx's error. Call
+// it only once every call was added (as the coordinator's Drain is
+// called): a WaitGroup may not be added to while it is waited for.
 func (t *tracker) wait(ctx context.Context) error {
 	idle := make(chan struct{})
 	go func() { t.wg.Wait(); close(idle) }()
