@@ -6,6 +6,7 @@ import (
 	"fmt"
 	mathrand "math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -42,11 +43,21 @@ func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 	work, cancel := context.WithCancelCause(ctx)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var lostReported atomic.Bool
+	reportLost := func(err error) {
+		if l.observed() && lostReported.CompareAndSwap(false, true) {
+			l.emit(Event{Op: OpLost, Key: key, Duration: l.opts.Clock.Now().Sub(lease.acquiredAt), Token: lease.token, Err: err})
+		}
+	}
 	wg.Go(func() { l.keepExtending(work, lease, ttl, stop) })
 	wg.Go(func() {
 		select {
 		case <-lease.Done():
-			cancel(fmt.Errorf("redlock: do %q: %w", key, ErrLost))
+			lostErr := fmt.Errorf("redlock: do %q: %w", key, ErrLost)
+			if lease.isLost() {
+				reportLost(lostErr)
+			}
+			cancel(lostErr)
 		case <-stop:
 		}
 	})
@@ -65,9 +76,13 @@ func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 		}
 		switch {
 		case lost:
-			err = errors.Join(fmt.Errorf("redlock: do %q: %w while the function ran", key, ErrLost), err)
+			lostErr := fmt.Errorf("redlock: do %q: %w while the function ran", key, ErrLost)
+			reportLost(lostErr)
+			err = errors.Join(lostErr, err)
 		case !unlockedByFn && errors.Is(unlockErr, ErrNotHeld):
-			err = errors.Join(fmt.Errorf("redlock: do %q: %w: the nodes no longer held it when the function returned: %w", key, ErrLost, unlockErr), err)
+			lostErr := fmt.Errorf("redlock: do %q: %w: the nodes no longer held it when the function returned: %w", key, ErrLost, unlockErr)
+			reportLost(lostErr)
+			err = errors.Join(lostErr, err)
 		case !unlockedByFn && unlockErr != nil && err == nil:
 			err = unlockErr // fn's own Unlock already reported its outcome to fn
 		}

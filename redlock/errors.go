@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 var (
@@ -61,6 +62,9 @@ type NodeResult struct {
 	Name    string // the node's address where known, else "node <index>"
 	Outcome Outcome
 	Err     error // set when Outcome is Failed
+	// Latency is the time from the round's first send to the node's reply, where
+	// the Locker has an Observer (0 otherwise, and where it had not replied).
+	Latency time.Duration
 }
 
 // QuorumError reports a round (acquire, extend, unlock, check) that did not

@@ -33,13 +33,17 @@ type fan struct {
 	// lease's value, and the phase-1 fencing counters it fills in.
 	value    string
 	counters []uint64
+	// timing, if set, records each node's reply time, for events (see
+	// Locker.timing).
+	timing *latencies
 }
 
 // fanOut sends c to every node through its transport and returns the
 // round, whose replies read turns into votes (see vote.go).
 func (l *Locker) fanOut(ctx context.Context, f fan, c wire.Command, read reader) *quorum.Round[Outcome] {
 	round := quorum.Begin[Outcome](len(l.nodes))
-	b := &ballot{round: round, read: read, calls: &l.inflight, nodes: l.nodes, value: f.value, counters: f.counters}
+	b := &ballot{round: round, read: read, calls: &l.inflight, nodes: l.nodes, value: f.value, counters: f.counters, timing: f.timing}
+	b.watched = c.Guarded && f.timing != nil
 	l.inflight.add(len(l.nodes))
 	if l.pipelined {
 		c = c.Bind() // one wire form, shared by every pipeline

@@ -124,7 +124,7 @@ func parseFenced(cmd *redis.Cmd) (Outcome, uint64, error) {
 // fence runs phase 2: with the phase-1 round won and counters the phase-1
 // replies, it raises the counter to t on every node that granted, and
 // returns the token, or the round's error.
-func (l *Locker) fence(ctx context.Context, req request, value string, phase1 *quorum.Round[Outcome], tally quorum.Tally[Outcome], counters []uint64, until time.Time) (uint64, error) {
+func (l *Locker) fence(ctx context.Context, req request, value string, phase1 *quorum.Round[Outcome], tally quorum.Tally[Outcome], counters []uint64, until time.Time, timing *latencies) (uint64, error) {
 	var t uint64
 	owner := -1
 	for i, v := range tally.Votes {
@@ -148,14 +148,18 @@ func (l *Locker) fence(ctx context.Context, req request, value string, phase1 *q
 		return nil
 	}
 	c := wire.ScriptCommand(fenceScript, []string{req.key, req.counter}, value, want).Of(value, wire.RoleFences).Replicated()
-	phase2 := l.fanOut(ctx, fan{after: phase1, skip: notGranted, timeout: l.opts.NodeTimeout}, c, readScript)
+	var timing2 *latencies
+	if timing != nil {
+		timing2 = l.timing()
+	}
+	phase2 := l.fanOut(ctx, fan{after: phase1, skip: notGranted, timeout: l.opts.NodeTimeout, timing: timing2}, c, readScript)
 	left := until.Sub(l.opts.Clock.Now())
 	if left <= 0 {
-		return 0, l.roundError(ctx, "acquire", acquireFencedCommand(req.key, req.counter, value, req.ms), tally) // validity used up in phase 1
+		return 0, l.roundError(ctx, "acquire", acquireFencedCommand(req.key, req.counter, value, req.ms), tally, timing) // validity used up in phase 1
 	}
 	tally2 := phase2.Decide(ctx, min(l.opts.NodeTimeout, left), granted)
 	if !tally2.Won {
-		e := l.roundError(ctx, "acquire", c, tally2)
+		e := l.roundError(ctx, "acquire", c, tally2, timing2)
 		e.Op = "acquire (fencing phase)"
 		return 0, e
 	}

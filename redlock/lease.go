@@ -18,6 +18,8 @@ type Lease struct {
 	key    string
 	value  string
 	token  uint64
+	// acquiredAt is when the acquisition began, on the Locker's clock.
+	acquiredAt time.Time
 	// acquired: the last round that may set the lease's key on a node
 	// (the acquisition's SETs, then each extension, which heals missing
 	// keys). Without a pipeline, each extension's call on a node, and the
@@ -230,19 +232,30 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		heal = "0"
 	}
 	c := wire.ScriptCommand(extendScript, []string{l.key}, l.value, req.ms, heal).Of(l.value, wire.RoleExtends).Replicated().GuardedBy()
-	round := lk.fanOut(ctx, fan{after: l.acquired, timeout: lk.opts.NodeTimeout}, c, readScript)
+	timing := lk.timing()
+	round := lk.fanOut(ctx, fan{after: l.acquired, timeout: lk.opts.NodeTimeout, timing: timing}, c, readScript)
 	l.acquired = round
 	tally := round.Decide(ctx, min(lk.opts.NodeTimeout, req.budget), granted)
 	until := start.Add(req.budget - lk.fastClocks(tally, req.granted))
-	if tally.Won && until.After(lk.opts.Clock.Now()) {
+	if now := lk.opts.Clock.Now(); tally.Won && until.After(now) {
 		l.heldBy = round
 		l.mu.Lock()
 		l.holders = round
 		l.setUntilLocked(until)
 		l.mu.Unlock()
+		if timing != nil {
+			lk.emit(Event{Op: OpExtend, Key: l.key, Duration: now.Sub(start), Token: l.token, Validity: until.Sub(now), Nodes: lk.results(tally, timing, nil)})
+			lk.reportNodes(l.key)
+		}
 		return nil
 	}
-	e := lk.roundError(ctx, "extend", c, tally)
+	e := lk.roundError(ctx, "extend", c, tally, timing)
+	if timing != nil {
+		defer func() {
+			lk.emit(Event{Op: OpExtend, Key: l.key, Duration: lk.opts.Clock.Now().Sub(start), Token: l.token, Err: e, Nodes: lk.nodeResultsOf(e, tally, timing)})
+			lk.reportNodes(l.key)
+		}()
+	}
 	if errors.Is(e.Cause, ErrNotHeld) || l.refuted(tally) {
 		// Lost: the error says so, whatever else it says (a context that
 		// ended meanwhile, too few answers to count the refusals alone).
@@ -360,12 +373,18 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	lk := l.locker
 	detached := context.WithoutCancel(ctx)
-	round := lk.release(ctx, l.key, l.value, l.acquired, ttl)
+	start := lk.opts.Clock.Now()
+	timing := lk.timing()
+	round := lk.release(ctx, l.key, l.value, l.acquired, ttl, timing)
 	tally := round.Decide(detached, lk.opts.NodeTimeout, granted)
-	if tally.Won {
-		return nil
+	var err error
+	if !tally.Won {
+		err = lk.roundError(detached, "unlock", wire.ScriptCommand(releaseScript, []string{l.key}, l.value), tally, timing)
 	}
-	return lk.roundError(detached, "unlock", wire.ScriptCommand(releaseScript, []string{l.key}, l.value), tally)
+	if timing != nil {
+		lk.emit(Event{Op: OpUnlock, Key: l.key, Duration: lk.opts.Clock.Now().Sub(start), Token: l.token, Err: err, Nodes: lk.nodeResultsOf(err, tally, timing)})
+	}
+	return err
 }
 
 // Check asks the nodes whether the lease still holds: nil when a majority
@@ -389,14 +408,23 @@ func (l *Lease) Check(ctx context.Context) error {
 	}
 	lk := l.locker
 	c := wire.ScriptCommand(checkScript, []string{l.key}, l.value).GuardedBy()
-	round := lk.fanOut(ctx, fan{timeout: lk.opts.NodeTimeout}, c, readScript)
+	start := lk.opts.Clock.Now()
+	timing := lk.timing()
+	round := lk.fanOut(ctx, fan{timeout: lk.opts.NodeTimeout, timing: timing}, c, readScript)
 	tally := round.Decide(ctx, lk.opts.NodeTimeout, granted)
+	var err error
 	if !tally.Won {
-		e := lk.roundError(ctx, "check", c, tally)
+		e := lk.roundError(ctx, "check", c, tally, timing)
 		if errors.Is(e.Cause, ErrNotHeld) {
 			l.expire()
 		}
-		return e
+		err = e
+	} else {
+		err = l.usable("check")
 	}
-	return l.usable("check")
+	if timing != nil {
+		lk.emit(Event{Op: OpCheck, Key: l.key, Duration: lk.opts.Clock.Now().Sub(start), Token: l.token, Err: err, Nodes: lk.nodeResultsOf(err, tally, timing)})
+		lk.reportNodes(l.key)
+	}
+	return err
 }

@@ -2,8 +2,6 @@ package redlock
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	mathrand "math/rand/v2"
@@ -82,7 +80,7 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*L
 	if err != nil {
 		return nil, err
 	}
-	return l.attempt(ctx, req)
+	return l.attempt(ctx, req, 1)
 }
 
 // Lock acquires key for ttl, retrying TryLock after a random delay in
@@ -104,7 +102,7 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 	}
 	var decided error // the last attempt that the nodes, not ctx, decided
 	for attempts := 1; ; attempts++ {
-		lease, err := l.attempt(ctx, req)
+		lease, err := l.attempt(ctx, req, attempts)
 		if err == nil {
 			return lease, nil
 		}
@@ -196,15 +194,20 @@ func (l *Locker) request(ctx context.Context, op, key string, ttl time.Duration)
 	return req, nil
 }
 
-// attempt is one acquisition: SET NX PX GET on every node, decided early.
-func (l *Locker) attempt(ctx context.Context, req request) (*Lease, error) {
+// attempt is one acquisition, Lock's n-th: SET NX PX GET on every node,
+// decided early.
+func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error) {
+	start := l.opts.Clock.Now() // before the first send
 	if req.counter != "" && l.opts.RequireDurable {
 		if err := l.requireDurable(ctx); err != nil {
+			if l.observed() {
+				l.emit(Event{Op: OpAcquire, Key: req.key, Attempt: n, Duration: l.opts.Clock.Now().Sub(start), Err: err})
+			}
 			return nil, err
 		}
+		start = l.opts.Clock.Now()
 	}
-	value := newValue()
-	start := l.opts.Clock.Now() // before the first send
+	value := newValue(l.opts.Owner)
 	earlier := l.releases.snapshot(req.key)
 	c, read := acquireCommand(req.key, value, req.ms), readAcquire
 	var counters []uint64 // phase-1 fencing counters; counters[i] is written by node i's reply
@@ -212,27 +215,46 @@ func (l *Locker) attempt(ctx context.Context, req request) (*Lease, error) {
 		counters = make([]uint64, len(l.nodes))
 		c, read = acquireFencedCommand(req.key, req.counter, value, req.ms), readFenced
 	}
-	round := l.fanOut(ctx, fan{earlier: earlier, timeout: l.opts.NodeTimeout, value: value, counters: counters}, c, read)
+	timing := l.timing()
+	round := l.fanOut(ctx, fan{earlier: earlier, timeout: l.opts.NodeTimeout, value: value, counters: counters, timing: timing}, c, read)
 	// Waiting past the budget is pointless: no validity would be left.
 	tally := round.Decide(ctx, min(l.opts.NodeTimeout, req.budget), granted)
 	until := start.Add(req.budget - l.fastClocks(tally, req.granted))
 	var token uint64
 	var err error
 	if tally.Won && counters != nil {
-		token, err = l.fence(ctx, req, value, round, tally, counters, until)
+		token, err = l.fence(ctx, req, value, round, tally, counters, until, timing)
 	}
-	if err == nil && tally.Won && until.After(l.opts.Clock.Now()) {
-		return &Lease{locker: l, key: req.key, value: value, token: token, acquired: round, heldBy: round, holders: round, ttl: req.granted, until: until}, nil
+	if now := l.opts.Clock.Now(); err == nil && tally.Won && until.After(now) {
+		lease := &Lease{locker: l, key: req.key, value: value, token: token, acquiredAt: start, acquired: round, heldBy: round, holders: round, ttl: req.granted, until: until}
+		if timing != nil {
+			l.emit(Event{Op: OpAcquire, Key: req.key, Attempt: n, Duration: now.Sub(start), Token: token, Validity: until.Sub(now), Nodes: l.results(tally, timing, nil)})
+			l.reportNodes(req.key)
+		}
+		return lease, nil
 	}
 
 	// Release everywhere: at once where the SET has returned, and on the
 	// other nodes as soon as it does. Wait for the nodes that granted.
-	released := l.release(ctx, req.key, value, round, req.granted)
-	l.waitGranted(released, tally)
-	if err != nil {
-		return nil, err
+	var releaseTiming *latencies
+	if timing != nil {
+		releaseTiming = l.timing()
 	}
-	return nil, l.roundError(ctx, "acquire", c, tally)
+	released := l.release(ctx, req.key, value, round, req.granted, releaseTiming)
+	if timing != nil {
+		// Before waiting for the granted nodes: the release's report
+		// must be counted in flight (Drain) before this attempt returns.
+		l.watchRelease(req.key, n, start, round, tally, released, releaseTiming)
+	}
+	l.waitGranted(released, tally)
+	if err == nil {
+		err = l.roundError(ctx, "acquire", c, tally, timing)
+	}
+	if timing != nil {
+		l.emit(Event{Op: OpAcquire, Key: req.key, Attempt: n, Duration: l.opts.Clock.Now().Sub(start), Err: err, Nodes: l.nodeResultsOf(err, tally, timing)})
+		l.reportNodes(req.key)
+	}
+	return nil, err
 }
 
 // fastClocks is how much earlier than the drift bound allows the lease's
@@ -275,8 +297,8 @@ func (l *Locker) waitGranted(round *quorum.Round[Outcome], tally quorum.Tally[Ou
 // up), and each call may take up to ttl, not just NodeTimeout: a release
 // that is slow (EVALSHA answered NOSCRIPT late, and EVAL must follow) is
 // still worth sending until the key would have expired anyway.
-func (l *Locker) release(ctx context.Context, key, value string, acquired *quorum.Round[Outcome], ttl time.Duration) *quorum.Round[Outcome] {
-	f := fan{after: acquired, timeout: max(ttl, l.opts.NodeTimeout), release: key}
+func (l *Locker) release(ctx context.Context, key, value string, acquired *quorum.Round[Outcome], ttl time.Duration, timing *latencies) *quorum.Round[Outcome] {
+	f := fan{after: acquired, timeout: max(ttl, l.opts.NodeTimeout), release: key, timing: timing}
 	return l.fanOut(context.WithoutCancel(ctx), f, wire.ScriptCommand(releaseScript, []string{key}, value).Of(value, wire.RoleReleases), readScript)
 }
 
@@ -284,18 +306,12 @@ func granted(o Outcome, err error) bool { return err == nil && o == Granted }
 
 // roundError describes a round that did not succeed: see QuorumError.
 // c is the round's command: a node's ACL refusal is explained in its terms.
-func (l *Locker) roundError(ctx context.Context, op string, c wire.Command, tally quorum.Tally[Outcome]) *QuorumError {
-	e := &QuorumError{Op: op, Key: c.Key, Need: tally.Need, Granted: tally.Accepted, Nodes: make([]NodeResult, len(tally.Votes))}
+// timing, where the round was timed, gives each node's latency.
+func (l *Locker) roundError(ctx context.Context, op string, c wire.Command, tally quorum.Tally[Outcome], timing *latencies) *QuorumError {
+	e := &QuorumError{Op: op, Key: c.Key, Need: tally.Need, Granted: tally.Accepted, Nodes: l.results(tally, timing, func(err error) error { return explainDenied(c, err) })}
 	taken, missing := 0, 0
-	for i, v := range tally.Votes {
-		e.Nodes[i] = NodeResult{Node: i, Name: l.nodes[i].name, Outcome: v.Value, Err: explainDenied(c, v.Err)}
-		switch {
-		case v.Err != nil:
-			e.Nodes[i].Outcome = Failed
-		case !v.Replied:
-			e.Nodes[i].Outcome = Unanswered
-		}
-		switch e.Nodes[i].Outcome {
+	for _, n := range e.Nodes {
+		switch n.Outcome {
 		case Taken:
 			taken++
 		case Missing:
@@ -324,11 +340,4 @@ func contextError(ctx context.Context) error {
 		return err
 	}
 	return fmt.Errorf("%w: %w", err, cause)
-}
-
-// newValue returns 128 random bits, base64url-encoded: unique per acquisition.
-func newValue() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails (crypto/rand crashes the program instead)
-	return base64.RawURLEncoding.EncodeToString(b[:])
 }

@@ -63,6 +63,7 @@ type node struct {
 	pipelined bool
 	guard     *guard.Guard // nil: Options.NoQuarantine
 	stats     *nodeStats   // for Health
+	watch     *nodeWatch   // what the Observer was told of the guard (nil: no Observer, or no guard)
 }
 
 // newNodes checks the nodes passed to New: at least one, none nil, none
@@ -103,6 +104,9 @@ func newNodes(nodes []Node, o *Options, w *wire.Wait) ([]node, error) {
 			}
 			_, cluster := n.(*redis.ClusterClient)
 			out[i].guard = guard.New(guard.Config{MaxTTL: o.MaxTTL, WaitReplicas: o.WaitReplicas, Bound: o.bound(), Clock: o.Clock, Cluster: cluster, Declared: declared})
+			if o.Observer != nil {
+				out[i].watch = new(nodeWatch)
+			}
 		}
 		var rider wire.Rider[guard.Companions] // a nil interface, not a nil *Guard, without the guard
 		if out[i].guard != nil {

@@ -132,6 +132,26 @@ type Options struct {
 	// WAITAOF answers after up to a second. Give NodeTimeout at least 2.5 s
 	// then (the WAITAOF timeout is half of it), and a TTL to match.
 	WaitAOF bool
+
+	// Observer, if set, is told of every decision and background event
+	// (see Observer and Event): each attempt, extension, unlock, check and
+	// revocation with every node's outcome and latency, releases after
+	// failed attempts, late grants, leases lost under Do, quarantines and
+	// clock alarms. It must not block. NewLogObserver logs them with
+	// log/slog; the nested module github.com/redlock/redlock/otel records
+	// OpenTelemetry metrics and spans. Default nil: nothing is observed,
+	// at no cost.
+	Observer Observer
+
+	// Owner labels this Locker's leases: it is carried in every lock value
+	// it sets (owner and 128 random bits: see Lease.Value), so that
+	// Inspect, and anyone reading the key on a node, can tell who holds a
+	// lock. Name the host and process, say "billing-7f9c/pid 4121". At
+	// most MaxOwnerLen bytes of printable ASCII (no spaces at either end,
+	// no '|'). Leases of Lockers without an Owner, and of other Owners,
+	// exclude each other as always: only the random part makes a value
+	// unique. Default "": values carry no label.
+	Owner string
 }
 
 // Defaults for Options.
@@ -165,6 +185,9 @@ func (o *Options) withDefaults() (Options, error) {
 		if f.v < 0 {
 			return Options{}, fmt.Errorf("redlock: Options.%s is %v; it must not be negative", f.name, f.v)
 		}
+	}
+	if err := checkOwner(c.Owner); err != nil {
+		return Options{}, err
 	}
 	if c.WaitReplicas < 0 {
 		return Options{}, fmt.Errorf("redlock: Options.WaitReplicas is %d; it must not be negative", c.WaitReplicas)

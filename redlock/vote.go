@@ -20,8 +20,12 @@ type ballot struct {
 	read     reader
 	calls    *tracker // every call in flight, for Drain
 	nodes    []node
-	value    string   // the lease's value, for readAcquire
-	counters []uint64 // phase-1 fencing counters, which readFenced fills in
+	value    string     // the lease's value, for readAcquire
+	counters []uint64   // phase-1 fencing counters, which readFenced fills in
+	timing   *latencies // each node's reply time, for events; nil without an Observer
+	// watched: a guarded round of an observed Locker, whose guard verdicts
+	// each node's watch records (see nodeWatch)
+	watched bool
 }
 
 var _ wire.Receiver = (*ballot)(nil)
@@ -30,6 +34,10 @@ var _ wire.Receiver = (*ballot)(nil)
 // counts the call as over. Both transports deliver every reply here.
 func (b *ballot) Receive(i int, r wire.Reply) {
 	o, err := vote(b, i, r)
+	b.timing.arrived(i)
+	if b.watched {
+		b.nodes[i].watch.verdict(r.Verdict)
+	}
 	if r.RTT > 0 || (err != nil && !r.Uncounted) {
 		b.nodes[i].stats.record(time.Now(), r.RTT, err != nil)
 	}

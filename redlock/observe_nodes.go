@@ -1,0 +1,98 @@
+package redlock
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redlock/redlock/redlock/internal/guard"
+)
+
+// nodeWatch is what an observed Locker has reported of one guarded node:
+// whether its votes were kept out of the quorum, and the clock alarms seen.
+// The transport records each guarded reply's verdict (verdict, from
+// ballot.Receive: an atomic store, never a call to the Observer, which must
+// not run under a pipeline's lock); the operation that decided the round
+// reports what changed (Locker.reportNodes), on its own goroutine.
+type nodeWatch struct {
+	last atomic.Pointer[guard.QuarantineError] // the newest guarded verdict: nil sound, else the quarantine
+	seen atomic.Bool                           // a guarded verdict has been recorded
+
+	mu          sync.Mutex // serializes reports, so that each change is told once
+	quarantined bool       // as last reported
+	jumps       int        // clock jumps reported
+	fast        bool       // runs faster than the bound, as last reported
+}
+
+// verdict records a guarded reply's verdict: sound (nil), a quarantine, or
+// another error (the guard could not judge: nothing learnt of the
+// quarantine).
+func (w *nodeWatch) verdict(err error) {
+	if w == nil {
+		return
+	}
+	var q *guard.QuarantineError
+	switch {
+	case err == nil:
+		w.last.Store(nil)
+	case errors.As(err, &q):
+		w.last.Store(q)
+	default:
+		return
+	}
+	w.seen.Store(true)
+}
+
+// reportNodes tells the Observer of every node whose quarantine began or
+// ended, or whose clock raised an alarm, since the last report. Called
+// after guarded rounds of an observed Locker.
+func (l *Locker) reportNodes(key string) {
+	for i := range l.nodes {
+		n := &l.nodes[i]
+		if n.watch == nil || n.guard == nil {
+			continue
+		}
+		for _, e := range n.watch.changes(n, key) {
+			l.emit(e)
+		}
+	}
+}
+
+// changes returns the events of what changed on n since the last report.
+func (w *nodeWatch) changes(n *node, key string) []Event {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var events []Event
+	one := func(err error) []NodeResult {
+		return []NodeResult{{Node: n.index, Name: n.name, Outcome: Failed, Err: err}}
+	}
+	if w.seen.Load() {
+		q := w.last.Load()
+		switch {
+		case q != nil && !w.quarantined:
+			w.quarantined = true
+			events = append(events, Event{Op: OpQuarantine, Key: key, Err: q, Nodes: one(q), Detail: fmt.Sprintf("%s: %s", n.name, q.Cause)})
+		case q == nil && w.quarantined:
+			w.quarantined = false
+			r := one(nil)
+			r[0].Outcome = Granted
+			events = append(events, Event{Op: OpQuarantineEnd, Key: key, Nodes: r, Detail: n.name + ": its votes count again"})
+		}
+	}
+	if c := n.guard.Clock(); c != nil {
+		if j := c.Jumps(); j > w.jumps {
+			events = append(events, Event{Op: OpClockAlarm, Key: key, Nodes: one(nil), Detail: fmt.Sprintf("%s: its clock jumped (%d jump(s) seen in all)", n.name, j)})
+			w.jumps = j
+		}
+		excess := n.guard.Excess()
+		if fast := excess > 0; fast != w.fast {
+			w.fast = fast
+			if fast {
+				ppm, errPPM, _ := c.Rate()
+				events = append(events, Event{Op: OpClockAlarm, Key: key, Nodes: one(nil), Detail: fmt.Sprintf("%s: its clock runs fast by %.0f±%.0f ppm, beyond the drift bound: validity shrinks by %.3g%% of the TTL", n.name, ppm, errPPM, excess*100)})
+			}
+		}
+	}
+	return events
+}
