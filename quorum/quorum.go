@@ -163,6 +163,24 @@ type Tally[T any] struct {
 // not replied when wait has passed (wait > 0) or ctx is done count as refused.
 // Decide reads the round's arrivals and must be called at most once.
 func (r *Round[T]) Decide(ctx context.Context, wait time.Duration, accept func(T, error) bool) Tally[T] {
+	return r.count(ctx, wait, accept, func(t *Tally[T]) bool {
+		return t.Accepted < t.Need && t.Refused <= len(t.Votes)-t.Need
+	})
+}
+
+// Collect is Decide without the early decision: it waits for every node's
+// reply (until wait has passed or ctx is done), for a caller that wants to
+// hear from each node rather than learn an outcome, such as an operator's
+// inspection of what every node holds. Collect reads the round's arrivals
+// and must be called at most once, and not together with Decide.
+func (r *Round[T]) Collect(ctx context.Context, wait time.Duration, accept func(T, error) bool) Tally[T] {
+	return r.count(ctx, wait, accept, func(t *Tally[T]) bool {
+		return t.Accepted+t.Refused < len(t.Votes)
+	})
+}
+
+// count reads arrivals into a tally while more is true.
+func (r *Round[T]) count(ctx context.Context, wait time.Duration, accept func(T, error) bool, more func(*Tally[T]) bool) Tally[T] {
 	n := r.Len()
 	t := Tally[T]{Votes: make([]Vote[T], n), Need: Majority(n)}
 	var deadline <-chan time.Time
@@ -171,7 +189,7 @@ func (r *Round[T]) Decide(ctx context.Context, wait time.Duration, accept func(T
 		defer timer.Stop()
 		deadline = timer.C
 	}
-	for t.Accepted < t.Need && t.Refused <= n-t.Need {
+	for more(&t) {
 		select {
 		case i := <-r.arrivals:
 			value, err := r.returned(i)

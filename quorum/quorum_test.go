@@ -184,3 +184,43 @@ func ExampleRound_Decide() {
 	// won: true need: 3
 	// reply 3 <nil>
 }
+
+// Collect hears every node out where Decide stops at a majority: with three
+// quick accepts of five, Decide returns at once; Collect waits for the
+// fourth and fifth, and closes a hung one at the deadline.
+func TestCollectWaitsForEveryNode(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		hang := make(chan struct{})
+		start := func() *quorum.Round[int] {
+			return quorum.Start(5, func(i int) (int, error) {
+				switch i {
+				case 3:
+					time.Sleep(20 * time.Millisecond)
+				case 4:
+					<-hang
+				}
+				return i, nil
+			})
+		}
+		accept := func(int, error) bool { return true }
+
+		began := time.Now()
+		decided := start().Decide(t.Context(), time.Second, accept)
+		if !decided.Won || time.Since(began) != 0 || decided.Votes[3].Replied {
+			t.Fatalf("Decide: won=%v after %v, node 3 replied=%v; want a win at once without node 3", decided.Won, time.Since(began), decided.Votes[3].Replied)
+		}
+
+		began = time.Now()
+		all := start().Collect(t.Context(), time.Second, accept)
+		if time.Since(began) != time.Second {
+			t.Fatalf("Collect returned after %v; want the deadline (node 4 hangs)", time.Since(began))
+		}
+		if !all.Votes[3].Replied || all.Votes[3].Value != 3 || all.Accepted != 4 || all.Refused != 1 {
+			t.Fatalf("Collect: %+v; want nodes 0-3 replied and accepted, node 4 refused", all)
+		}
+		if !errors.Is(all.Votes[4].Err, quorum.ErrNoReply) {
+			t.Fatalf("hung node's error = %v, want ErrNoReply", all.Votes[4].Err)
+		}
+		close(hang)
+	})
+}

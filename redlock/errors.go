@@ -39,6 +39,9 @@ const (
 	// Unanswered: the round was decided before this node answered, without
 	// waiting for it (its call goes on in the background).
 	Unanswered
+	// Revoked: an operator's Locker.Revoke deleted this lease's value on the
+	// node (an extension or check found the tombstone it left).
+	Revoked
 )
 
 func (o Outcome) String() string {
@@ -51,6 +54,8 @@ func (o Outcome) String() string {
 		return "key missing"
 	case Unanswered:
 		return "not answered before the decision"
+	case Revoked:
+		return "revoked by an operator"
 	default:
 		return "failed"
 	}

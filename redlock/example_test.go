@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -92,3 +93,80 @@ var (
 	_ redlock.Node = (*redis.Ring)(nil)
 	_ redlock.Node = redis.UniversalClient(nil)
 )
+
+// An Observer must not block: this one hands each event to a buffered
+// channel that another goroutine drains, and counts what it had to drop
+// when that goroutine falls behind, rather than slow the lock down.
+func ExampleObserver() {
+	srv, _ := miniredis.Run()
+	defer srv.Close()
+	events := make(chan redlock.Event, 1024)
+	var dropped atomic.Int64
+	observer := redlock.ObserverFunc(func(e redlock.Event) {
+		select {
+		case events <- e:
+		default:
+			dropped.Add(1)
+		}
+	})
+	locker, err := redlock.New([]redlock.Node{redis.NewClient(&redis.Options{Addr: srv.Addr()})},
+		&redlock.Options{NodeTimeout: time.Second, Observer: observer, Owner: "billing-worker"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx := context.Background()
+	_ = locker.TrustNodes(ctx) // a new server, known to hold no locks
+	lease, err := locker.TryLock(ctx, "invoice:42", 10*time.Second)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, err = locker.TryLock(ctx, "invoice:42", 10*time.Second) // contention
+	fmt.Println("contended:", errors.Is(err, redlock.ErrNotObtained))
+	_ = lease.Unlock(ctx)
+	_ = locker.Drain(ctx) // background events (releases, late grants) have arrived
+	close(events)
+
+	for e := range events {
+		fmt.Printf("%s %s attempt=%d err=%v nodes=%d\n", e.Op, e.Key, e.Attempt, e.Err != nil, len(e.Nodes))
+	}
+	fmt.Println("dropped:", dropped.Load())
+	// Output:
+	// contended: true
+	// acquire invoice:42 attempt=1 err=false nodes=1
+	// acquire invoice:42 attempt=1 err=true nodes=1
+	// unlock invoice:42 attempt=0 err=false nodes=1
+	// dropped: 0
+}
+
+// Inspect answers "who holds this lock, and for how long?", and Revoke is
+// the operator's forced release.
+func ExampleLocker_Inspect() {
+	var nodes []redlock.Node
+	for range 3 {
+		srv, _ := miniredis.Run()
+		defer srv.Close()
+		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: srv.Addr()}))
+	}
+	ctx := context.Background()
+	app, _ := redlock.New(nodes, &redlock.Options{NodeTimeout: time.Second, Owner: "web-3:pid-812"})
+	_ = app.TrustNodes(ctx)
+	lease, err := app.TryLock(ctx, "orders:42", 30*time.Second)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_ = app.Drain(ctx)
+
+	ops, _ := redlock.New(nodes, &redlock.Options{NodeTimeout: time.Second, Owner: "oncall"})
+	in, _ := ops.Inspect(ctx, "orders:42")
+	fmt.Println("holder:", in.Owner, "for about 30s:", in.HeldFor > 29*time.Second)
+	rev, err := ops.Revoke(ctx, "orders:42")
+	fmt.Println("revoked:", len(rev.Holders()), err)
+	fmt.Println("holder's extension:", errors.Is(lease.Extend(ctx, 30*time.Second), redlock.ErrNotHeld))
+	// Output:
+	// holder: web-3:pid-812 for about 30s: true
+	// revoked: 1 <nil>
+	// holder's extension: true
+}

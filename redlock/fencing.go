@@ -71,18 +71,22 @@ func counterKey(key string) (string, error) {
 // counterOf reports whether key is the fencing counter of some lock, and of
 // which. No lock may take such a name: it would find the counter (a
 // contention that never ends), or plant a value where INCR needs a number.
-func counterOf(key string) (lock string, ok bool) {
-	p, found := strings.CutSuffix(key, counterSuffix)
+func counterOf(key string) (lock string, ok bool) { return besideOf(key, counterSuffix) }
+
+// besideOf reports whether key is hashtag.Beside(lock, suffix) for some
+// lock, and which.
+func besideOf(key, suffix string) (lock string, ok bool) {
+	p, found := strings.CutSuffix(key, suffix)
 	if !found {
 		return "", false
 	}
 	var candidates []string
 	if len(p) > 2 && p[0] == '{' && p[len(p)-1] == '}' {
-		candidates = append(candidates, p[1:len(p)-1]) // an untagged lock's counter is {lock}+suffix
+		candidates = append(candidates, p[1:len(p)-1]) // an untagged lock's key is {lock}+suffix
 	}
 	candidates = append(candidates, p) // a tagged one's is lock+suffix
 	for _, c := range candidates {
-		if k, err := counterKey(c); err == nil && k == key {
+		if k, err := hashtag.Beside(c, suffix); err == nil && k == key {
 			return c, true
 		}
 	}

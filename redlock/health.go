@@ -97,13 +97,8 @@ func (l *Locker) Health() []NodeHealth {
 func (n node) health(ctx context.Context, now time.Time) NodeHealth {
 	h := NodeHealth{Node: n.index, Name: n.name}
 	h.RTT, h.Failures = n.stats.recent(now)
+	h.QuarantineLeft, h.QuarantineCause = n.quarantine(now)
 	if g := n.guard; g != nil {
-		if err := g.Current(now); err != nil {
-			var q *guard.QuarantineError
-			if errors.As(err, &q) {
-				h.QuarantineLeft, h.QuarantineCause = q.Left, q.Cause
-			}
-		}
 		if c := g.Clock(); c != nil {
 			h.ClockReadBy = ClockByTime
 			if g.ReadsClockByExpiry() {
@@ -137,6 +132,19 @@ func (n node) health(ctx context.Context, now time.Time) NodeHealth {
 	h.MaxmemoryPolicy = f["maxmemory_policy"]
 	h.Evicts = evicts(f["maxmemory"], h.MaxmemoryPolicy)
 	return h
+}
+
+// quarantine is how long the node guard keeps n's votes out of the quorum
+// from now (0: they count), and why. It costs no round trip.
+func (n node) quarantine(now time.Time) (left time.Duration, cause string) {
+	if n.guard == nil {
+		return 0, ""
+	}
+	var q *guard.QuarantineError
+	if err := n.guard.Current(now); errors.As(err, &q) {
+		return q.Left, q.Cause
+	}
+	return 0, ""
 }
 
 // nodeStats is one node's recent record, which both transports keep.

@@ -28,7 +28,8 @@ type Lease struct {
 	acquired *quorum.Round[Outcome]
 	heldBy   *quorum.Round[Outcome] // the round that set the current validity (acquisition or last extension); under op
 
-	op sync.Mutex // serializes Extend, Unlock and Check
+	op   sync.Mutex // serializes Extend, Unlock and Check
+	keys []string   // the extend and check scripts' keys (scriptKeys); under op
 
 	mu       sync.Mutex
 	holders  *quorum.Round[Outcome] // heldBy, for Holders
@@ -231,7 +232,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if lk.opts.NoHeal {
 		heal = "0"
 	}
-	c := wire.ScriptCommand(extendScript, []string{l.key}, l.value, req.ms, heal).Of(l.value, wire.RoleExtends).Replicated().GuardedBy()
+	c := wire.ScriptCommand(extendScript, l.scriptKeys(), l.value, req.ms, heal).Of(l.value, wire.RoleExtends).Replicated().GuardedBy()
 	timing := lk.timing()
 	round := lk.fanOut(ctx, fan{after: l.acquired, timeout: lk.opts.NodeTimeout, timing: timing}, c, readScript)
 	l.acquired = round
@@ -245,7 +246,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		l.mu.Unlock()
 		if timing != nil {
 			lk.emit(Event{Op: OpExtend, Key: l.key, Duration: now.Sub(start), Token: l.token, Validity: until.Sub(now), Nodes: lk.results(tally, timing, nil)})
-			lk.reportNodes(l.key)
+			lk.reportNodes(l.key, round)
 		}
 		return nil
 	}
@@ -253,7 +254,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if timing != nil {
 		defer func() {
 			lk.emit(Event{Op: OpExtend, Key: l.key, Duration: lk.opts.Clock.Now().Sub(start), Token: l.token, Err: e, Nodes: lk.nodeResultsOf(e, tally, timing)})
-			lk.reportNodes(l.key)
+			lk.reportNodes(l.key, round)
 		}()
 	}
 	if errors.Is(e.Cause, ErrNotHeld) || l.refuted(tally) {
@@ -316,7 +317,7 @@ func (l *Lease) refuted(tally quorum.Tally[Outcome]) bool {
 		if o, err := l.heldBy.Result(i); err != nil || o != Granted {
 			continue
 		}
-		if v.Replied && v.Err == nil && (v.Value == Taken || v.Value == Missing) {
+		if v.Replied && v.Err == nil && (v.Value == Taken || v.Value == Missing || v.Value == Revoked) {
 			continue // held it, and no longer does
 		}
 		may++
@@ -407,7 +408,7 @@ func (l *Lease) Check(ctx context.Context) error {
 		return err
 	}
 	lk := l.locker
-	c := wire.ScriptCommand(checkScript, []string{l.key}, l.value).GuardedBy()
+	c := wire.ScriptCommand(checkScript, l.scriptKeys(), l.value).GuardedBy()
 	start := lk.opts.Clock.Now()
 	timing := lk.timing()
 	round := lk.fanOut(ctx, fan{timeout: lk.opts.NodeTimeout, timing: timing}, c, readScript)
@@ -424,7 +425,7 @@ func (l *Lease) Check(ctx context.Context) error {
 	}
 	if timing != nil {
 		lk.emit(Event{Op: OpCheck, Key: l.key, Duration: lk.opts.Clock.Now().Sub(start), Token: l.token, Err: err, Nodes: lk.nodeResultsOf(err, tally, timing)})
-		lk.reportNodes(l.key)
+		lk.reportNodes(l.key, round)
 	}
 	return err
 }

@@ -162,20 +162,14 @@ type request struct {
 }
 
 func (l *Locker) request(ctx context.Context, op, key string, ttl time.Duration) (request, error) {
+	if err := checkKey(ctx, op, key); err != nil {
+		return request{}, err
+	}
 	switch {
-	case ctx == nil:
-		return request{}, fmt.Errorf("redlock: %s %q: nil context", op, key)
-	case key == "":
-		return request{}, fmt.Errorf("redlock: %s: empty key", op)
-	case len(key) > MaxKeyLen:
-		return request{}, fmt.Errorf("redlock: %s: key of %d bytes is longer than MaxKeyLen (%d)", op, len(key), MaxKeyLen)
 	case ttl <= 0:
 		return request{}, fmt.Errorf("redlock: %s %q: ttl %v must be positive", op, key, ttl)
 	case ttl > l.opts.MaxTTL:
 		return request{}, fmt.Errorf("redlock: %s %q: ttl %v is longer than Options.MaxTTL (%v)", op, key, ttl, l.opts.MaxTTL)
-	}
-	if lock, ok := counterOf(key); ok {
-		return request{}, fmt.Errorf("redlock: %s %q: the name is reserved: it is the fencing counter of lock %q", op, key, lock)
 	}
 	if err := l.bound.Check(ttl); err != nil {
 		return request{}, fmt.Errorf("redlock: %s %q: %w", op, key, err)
@@ -229,7 +223,7 @@ func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error
 		lease := &Lease{locker: l, key: req.key, value: value, token: token, acquiredAt: start, acquired: round, heldBy: round, holders: round, ttl: req.granted, until: until}
 		if timing != nil {
 			l.emit(Event{Op: OpAcquire, Key: req.key, Attempt: n, Duration: now.Sub(start), Token: token, Validity: until.Sub(now), Nodes: l.results(tally, timing, nil)})
-			l.reportNodes(req.key)
+			l.reportNodes(req.key, round)
 		}
 		return lease, nil
 	}
@@ -252,7 +246,7 @@ func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error
 	}
 	if timing != nil {
 		l.emit(Event{Op: OpAcquire, Key: req.key, Attempt: n, Duration: l.opts.Clock.Now().Sub(start), Err: err, Nodes: l.nodeResultsOf(err, tally, timing)})
-		l.reportNodes(req.key)
+		l.reportNodes(req.key, round)
 	}
 	return nil, err
 }
@@ -314,7 +308,7 @@ func (l *Locker) roundError(ctx context.Context, op string, c wire.Command, tall
 		switch n.Outcome {
 		case Taken:
 			taken++
-		case Missing:
+		case Missing, Revoked:
 			missing++
 		}
 	}

@@ -39,6 +39,14 @@ var (
 	extendLua    string
 	extendScript = wire.NewScript("extend", "GET, PEXPIRE, SET", extendLua)
 
+	//go:embed scripts/revoke.lua
+	revokeLua    string
+	revokeScript = wire.NewScript("revoke", "GET, PTTL, DEL, SET", revokeLua)
+
+	//go:embed scripts/inspect.lua
+	inspectLua    string
+	inspectScript = wire.NewScript("inspect", "GET, PTTL", inspectLua)
+
 	//go:embed scripts/check.lua
 	checkLua    string
 	checkScript = wire.NewScript("check", "GET", checkLua)
@@ -190,8 +198,9 @@ func readAcquire(b *ballot, _ int, cmd *redis.Cmd) (Outcome, error) {
 }
 
 // readScript reads the reply of the release, extend, check and fence
-// scripts: 1 done, 0 the key is missing, -1 another value holds it, and
-// from a healing extension 2: the key was missing and is set again.
+// scripts: 1 done, 0 the key is missing, -1 another value holds it, from a
+// healing extension 2: the key was missing and is set again, and from an
+// extension or check -2: an operator revoked the lease (Locker.Revoke).
 func readScript(_ *ballot, _ int, cmd *redis.Cmd) (Outcome, error) {
 	code, err := cmd.Int64()
 	if err != nil {
@@ -204,6 +213,8 @@ func readScript(_ *ballot, _ int, cmd *redis.Cmd) (Outcome, error) {
 		return Missing, nil
 	case -1:
 		return Taken, nil
+	case -2:
+		return Revoked, nil
 	}
 	return Failed, fmt.Errorf("redlock: unexpected script reply %d", code)
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/redlock/redlock/quorum"
 	"github.com/redlock/redlock/redlock/internal/guard"
 )
 
@@ -46,8 +47,30 @@ func (w *nodeWatch) verdict(err error) {
 
 // reportNodes tells the Observer of every node whose quarantine began or
 // ended, or whose clock raised an alarm, since the last report. Called
-// after guarded rounds of an observed Locker.
-func (l *Locker) reportNodes(key string) {
+// after guarded rounds of an observed Locker, with the round: where nodes
+// had not replied by the decision, their verdicts come later, and are
+// reported in the background once every node has replied (Drain waits for
+// it).
+func (l *Locker) reportNodes(key string, round *quorum.Round[Outcome]) {
+	l.reportChanges(key)
+	for i := range l.nodes {
+		select {
+		case <-round.Settled(i):
+			continue
+		default:
+		}
+		l.inflight.add(1)
+		go func() {
+			defer l.inflight.done()
+			round.Wait()
+			l.reportChanges(key)
+		}()
+		return
+	}
+}
+
+// reportChanges emits what changed on each node since the last report.
+func (l *Locker) reportChanges(key string) {
 	for i := range l.nodes {
 		n := &l.nodes[i]
 		if n.watch == nil || n.guard == nil {

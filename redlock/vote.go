@@ -22,6 +22,7 @@ type ballot struct {
 	nodes    []node
 	value    string     // the lease's value, for readAcquire
 	counters []uint64   // phase-1 fencing counters, which readFenced fills in
+	found    []holding  // what each node holds, which readInspect and readRevoke fill in
 	timing   *latencies // each node's reply time, for events; nil without an Observer
 	// watched: a guarded round of an observed Locker, whose guard verdicts
 	// each node's watch records (see nodeWatch)

@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -17,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlock/redlock/internal/faultnet"
+	"github.com/redlock/redlock/internal/nodeflag"
 	"github.com/redlock/redlock/internal/redisproc"
 )
 
@@ -94,71 +92,13 @@ func (d *deployment) embedded(n int) error {
 }
 
 func (d *deployment) remote(cfg config) error {
-	secure, err := tlsFiles(cfg)
+	options, err := nodeflag.Options(cfg.nodes, nodeflag.TLSFiles{CA: cfg.tlsCA, Cert: cfg.tlsCert, Key: cfg.tlsKey})
 	if err != nil {
 		return err
 	}
-	used := false
-	for _, n := range cfg.nodes {
-		n = strings.TrimSpace(n)
-		var o *redis.Options
-		if strings.Contains(n, "://") {
-			var err error
-			if o, err = redis.ParseURL(n); err != nil {
-				return fmt.Errorf("-nodes %q: %w", n, err)
-			}
-		} else {
-			if _, _, err := net.SplitHostPort(n); err != nil {
-				return fmt.Errorf("-nodes %q: want host:port or a redis:// URL: %w", n, err)
-			}
-			o = &redis.Options{Addr: n}
-		}
-		if o.TLSConfig != nil && secure != nil {
-			secure(o.TLSConfig)
-			used = true
-		}
-		d.options = append(d.options, o)
-	}
-	if secure != nil && !used {
-		return errors.New("-tls-ca, -tls-cert, -tls-key: no rediss:// node in -nodes to use them")
-	}
+	d.options = options
 	d.describe = fmt.Sprintf("%d Redis nodes given by -nodes", len(cfg.nodes))
 	return nil
-}
-
-// tlsFiles loads -tls-ca, -tls-cert and -tls-key, and returns what applies
-// them to a rediss:// node's TLS configuration (nil if none is given).
-func tlsFiles(cfg config) (func(*tls.Config), error) {
-	if cfg.tlsCA == "" && cfg.tlsCert == "" {
-		return nil, nil
-	}
-	var roots *x509.CertPool
-	if cfg.tlsCA != "" {
-		pem, err := os.ReadFile(cfg.tlsCA)
-		if err != nil {
-			return nil, fmt.Errorf("-tls-ca: %w", err)
-		}
-		roots = x509.NewCertPool()
-		if !roots.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("-tls-ca %s: no PEM certificate in it", cfg.tlsCA)
-		}
-	}
-	var certs []tls.Certificate
-	if cfg.tlsCert != "" {
-		cert, err := tls.LoadX509KeyPair(cfg.tlsCert, cfg.tlsKey)
-		if err != nil {
-			return nil, fmt.Errorf("-tls-cert/-tls-key: %w", err)
-		}
-		certs = []tls.Certificate{cert}
-	}
-	return func(c *tls.Config) {
-		if roots != nil {
-			c.RootCAs = roots
-		}
-		if certs != nil {
-			c.Certificates = certs
-		}
-	}, nil
 }
 
 // spawn starts n redis-server processes on free loopback ports; d.close

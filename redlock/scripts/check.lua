@@ -1,6 +1,7 @@
 -- Reports whether KEYS[1] still holds this lease's value (ARGV[1]).
 -- Returns 1 if it does, 0 if the key does not exist, -1 if another holder's
--- value is there. Read-only.
+-- value is there, -2 if an operator revoked this very value (KEYS[2], where
+-- given, is the key's revocation tombstone: see Locker.Revoke). Read-only.
 local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] then
 	return 1
@@ -12,6 +13,9 @@ elseif v == false then
 	local ok, r = pcall(redis.call, "INFO", "replication")
 	if ok and type(r) == "string" and string.find(r, "role:slave", 1, true) then
 		return redis.error_reply("READONLY You can't write against a read only replica.")
+	end
+	if KEYS[2] and redis.call("GET", KEYS[2]) == ARGV[1] then
+		return -2
 	end
 	return 0
 end

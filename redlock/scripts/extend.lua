@@ -4,7 +4,9 @@
 -- value is there. With ARGV[3] = "1" (healing, see Lease.Extend), a missing
 -- key is set again with this lease's value and the TTL, and 2 returned: the
 -- node forgot the lease (a restart, a failover) and holds it again; never
--- over another value.
+-- over another value. KEYS[2], where given, is the key's revocation
+-- tombstone (Locker.Revoke): when it holds this lease's value, the key was
+-- revoked and -2 is returned, never healed.
 local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] then
 	return redis.call("PEXPIRE", KEYS[1], ARGV[2])
@@ -16,6 +18,9 @@ elseif v == false then
 	local ok, r = pcall(redis.call, "INFO", "replication")
 	if ok and type(r) == "string" and string.find(r, "role:slave", 1, true) then
 		return redis.error_reply("READONLY You can't write against a read only replica.")
+	end
+	if KEYS[2] and redis.call("GET", KEYS[2]) == ARGV[1] then
+		return -2
 	end
 	if ARGV[3] == "1" then
 		redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])

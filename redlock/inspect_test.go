@@ -1,0 +1,271 @@
+package redlock_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/quorum"
+	"github.com/redlock/redlock/redlock"
+)
+
+func TestOwnerLabel(t *testing.T) {
+	ctx := t.Context()
+	c := newCluster(t, 3)
+	labelled := newLocker(t, c.nodes(nil), &redlock.Options{Owner: "host-a:4242"})
+	plain := newLocker(t, c.nodes(nil), nil)
+
+	a, err := labelled.TryLock(ctx, "a", 10*time.Second)
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(a.Value(), "host-a:4242|"), a.Value())
+	assert.Equal(t, "host-a:4242", redlock.OwnerOf(a.Value()))
+	b, err := labelled.TryLock(ctx, "b", 10*time.Second)
+	require.NoError(t, err)
+	assert.NotEqual(t, a.Value(), b.Value(), "the label does not weaken the values' uniqueness")
+
+	// A Locker without the label works alongside, on the same keys.
+	_, err = plain.TryLock(ctx, "a", 10*time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	p, err := plain.TryLock(ctx, "p", 10*time.Second)
+	require.NoError(t, err)
+	assert.Empty(t, redlock.OwnerOf(p.Value()))
+	require.NoError(t, a.Unlock(ctx))
+	p2, err := plain.TryLock(ctx, "a", 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, p2.Unlock(ctx))
+	require.NoError(t, b.Unlock(ctx))
+	require.NoError(t, p.Unlock(ctx))
+
+	for _, bad := range []string{" x", "x ", "a|b", "tab\there", "é", strings.Repeat("x", redlock.MaxOwnerLen+1)} {
+		_, err := redlock.New(c.nodes(nil), &redlock.Options{Owner: bad})
+		assert.ErrorContains(t, err, "Options.Owner", "%q", bad)
+	}
+	assert.Empty(t, redlock.OwnerOf("x|short"), "not a value of this library's")
+	assert.Empty(t, redlock.OwnerOf(""))
+}
+
+func TestInspect(t *testing.T) {
+	ctx := t.Context()
+	c := newCluster(t, 3)
+	proxies, nodes := c.proxied(t)
+	l := newLocker(t, nodes, &redlock.Options{Owner: "worker-7", Fencing: true, NodeTimeout: 300 * time.Millisecond})
+	require.NoError(t, l.Warm(ctx))
+
+	in, err := l.Inspect(ctx, "k")
+	require.NoError(t, err)
+	assert.Empty(t, in.Holder)
+	assert.Zero(t, in.HeldFor)
+	for i, n := range in.Nodes {
+		assert.NoError(t, n.Err, "node %d", i)
+		assert.False(t, n.Held, "node %d", i)
+	}
+
+	lease, err := l.TryLock(ctx, "k", 10*time.Second)
+	require.NoError(t, err)
+	drain(t, l)
+	in, err = l.Inspect(ctx, "k")
+	require.NoError(t, err)
+	assert.Equal(t, "k", in.Key)
+	assert.Equal(t, lease.Value(), in.Holder)
+	assert.Equal(t, "worker-7", in.Owner)
+	assert.Greater(t, in.HeldFor, 9*time.Second)
+	assert.LessOrEqual(t, in.HeldFor, 10*time.Second)
+	require.Len(t, in.Nodes, 3)
+	for i, n := range in.Nodes {
+		assert.Equal(t, i, n.Node)
+		assert.True(t, n.Held, "node %d", i)
+		assert.Equal(t, lease.Value(), n.Value)
+		assert.Equal(t, "worker-7", n.Owner)
+		assert.Positive(t, n.TTL)
+		assert.Equal(t, uint64(1), n.Counter, "node %d: one fenced acquisition", i)
+		assert.Zero(t, n.QuarantineLeft)
+		assert.Positive(t, n.Latency)
+	}
+
+	// The node guard's state, as this Locker knows it.
+	c.servers[2].FlushAll()
+	_, _ = l.TryLock(ctx, "other", time.Second)
+	drain(t, l)
+	in, err = l.Inspect(ctx, "k")
+	require.NoError(t, err)
+	assert.Greater(t, in.Nodes[2].QuarantineLeft, 30*time.Second)
+	assert.Contains(t, in.Nodes[2].QuarantineCause, "memory began")
+	assert.Zero(t, in.Nodes[0].QuarantineLeft)
+
+	// A key with no expiry (not a lease of this library's) held on a majority.
+	for _, m := range c.servers {
+		m.Set("forever", "v")
+	}
+	in, err = l.Inspect(ctx, "forever")
+	require.NoError(t, err)
+	assert.Equal(t, "v", in.Holder)
+	assert.Negative(t, in.HeldFor)
+
+	// Another value on one node, a second node down: each says so; the
+	// majority's holder is no longer a majority.
+	c.setOther(t, "k", 0)
+	proxies[1].SetBlackhole(true)
+	in, err = l.Inspect(ctx, "k")
+	require.NoError(t, err, "a node that cannot be read says so in its NodeHolding")
+	proxies[1].SetBlackhole(false)
+	proxies[1].DropConnections() // the unanswered call fails now, not at its read timeout
+	assert.Equal(t, "someone-else", in.Nodes[0].Value)
+	assert.Empty(t, in.Nodes[0].Owner)
+	assert.Equal(t, time.Minute, in.Nodes[0].TTL.Round(time.Minute))
+	assert.ErrorContains(t, in.Nodes[1].Err, "no reply")
+	assert.False(t, in.Nodes[1].Held)
+	assert.False(t, in.Nodes[2].Held, "flushed")
+	assert.Empty(t, in.Holder, "no majority holds one value")
+}
+
+func TestInspectAndRevokeRejectBadInput(t *testing.T) {
+	c := newCluster(t, 3)
+	l := newLocker(t, c.nodes(nil), nil)
+	done, cancel := context.WithCancel(t.Context())
+	cancel()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		key  string
+		want string
+	}{
+		{"nil context", nil, "k", "nil context"},
+		{"empty key", t.Context(), "", "empty key"},
+		{"too long", t.Context(), strings.Repeat("k", redlock.MaxKeyLen+1), "longer than MaxKeyLen"},
+		{"a fencing counter", t.Context(), "{k}:fencing", "fencing counter of lock"},
+		{"a tombstone", t.Context(), "{k}:redlock-revoked", `revocation tombstone of lock "k"`},
+		{"a tagged tombstone", t.Context(), "a{t}:redlock-revoked", `revocation tombstone of lock "a{t}"`},
+		{"a done context", done, "k", "context canceled"},
+	} {
+		_, err := l.Inspect(tc.ctx, tc.key)
+		assert.ErrorContains(t, err, tc.want, "Inspect: %s", tc.name)
+		_, err = l.Revoke(tc.ctx, tc.key)
+		assert.ErrorContains(t, err, tc.want, "Revoke: %s", tc.name)
+	}
+	_, err := l.TryLock(t.Context(), "{k}:redlock-revoked", time.Second)
+	assert.ErrorContains(t, err, "reserved")
+	var nilLocker *redlock.Locker
+	_, err = nilLocker.Inspect(t.Context(), "k")
+	assert.ErrorContains(t, err, "nil *Locker")
+	_, err = nilLocker.Revoke(t.Context(), "k")
+	assert.ErrorContains(t, err, "nil *Locker")
+}
+
+// Revoke deletes the key on every node whatever its value; the holder's
+// next extension finds the tombstone, not a key to heal: Do cancels its
+// function with ErrLost, and the next holder's token is higher. The
+// negative control deletes the keys the way an operator would without
+// Revoke (DEL on every node): the healing extension sets them again and the
+// holder goes on, unaware.
+func TestRevokeEndsADo(t *testing.T) {
+	for _, revoke := range []bool{true, false} {
+		name := map[bool]string{true: "Revoke", false: "DEL on every node (negative control)"}[revoke]
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			c := newCluster(t, 3)
+			holderEvents, opsEvents := &recorder{}, &recorder{}
+			holder := newLocker(t, c.nodes(nil), &redlock.Options{Owner: "app-1", Fencing: true, Observer: holderEvents})
+			ops := newLocker(t, c.nodes(nil), &redlock.Options{Owner: "ops:alice", Fencing: true, Observer: opsEvents})
+
+			const ttl = 900 * time.Millisecond
+			var revokedToken uint64
+			var rev redlock.Revocation
+			extendedAfter := false
+			err := holder.Do(ctx, "k", ttl, func(ctx context.Context, lease *redlock.Lease) error {
+				revokedToken = lease.Token()
+				drain(t, holder)
+				if revoke {
+					var err error
+					rev, err = ops.Revoke(ctx, "k")
+					require.NoError(t, err)
+				} else {
+					for _, m := range c.servers {
+						m.Del("k")
+					}
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(3 * ttl): // several extensions
+					extendedAfter = true
+					return nil
+				}
+			})
+			if !revoke {
+				require.NoError(t, err, "the negative control: the deleted keys were healed back and the holder never knew")
+				require.True(t, extendedAfter)
+				assert.Empty(t, holderEvents.of(redlock.OpLost))
+				return
+			}
+			require.ErrorIs(t, err, redlock.ErrLost)
+			require.False(t, extendedAfter, "the function's context was cancelled")
+
+			require.Len(t, rev.Nodes, 3)
+			for i, n := range rev.Nodes {
+				assert.NoError(t, n.Err, "node %d", i)
+				assert.True(t, n.Deleted, "node %d", i)
+				assert.Equal(t, "app-1", n.Owner)
+				assert.Positive(t, n.TTL)
+			}
+			require.Len(t, rev.Holders(), 1)
+
+			e := opsEvents.one(t, redlock.OpRevoke)
+			assert.Equal(t, "k", e.Key)
+			assert.NoError(t, e.Err)
+			assert.Contains(t, e.Detail, "revoked by ops:alice: deleted \"app-1|")
+			assert.Contains(t, e.Detail, "on 3 of 3 nodes")
+
+			drain(t, holder)
+			assert.Len(t, holderEvents.of(redlock.OpLost), 1)
+			ext := holderEvents.of(redlock.OpExtend)
+			require.NotEmpty(t, ext)
+			last := ext[len(ext)-1]
+			assert.ErrorIs(t, last.Err, redlock.ErrNotHeld)
+			assert.Contains(t, last.Err.Error(), "revoked by an operator")
+			for _, m := range c.servers {
+				assert.False(t, m.Exists("k"), "not healed back")
+			}
+
+			next, err := ops.TryLock(ctx, "k", time.Second)
+			require.NoError(t, err, "the key is free for the next holder")
+			assert.Greater(t, next.Token(), revokedToken, "whose token fences the revoked holder off")
+			require.NoError(t, next.Unlock(ctx))
+		})
+	}
+}
+
+// A node that does not answer is named; the others are revoked.
+func TestRevokeReportsNodesThatDidNotAnswer(t *testing.T) {
+	ctx := t.Context()
+	c := newCluster(t, 3)
+	proxies, nodes := c.proxied(t)
+	l := newLocker(t, nodes, &redlock.Options{NodeTimeout: 300 * time.Millisecond})
+	require.NoError(t, l.Warm(ctx))
+	lease, err := l.TryLock(ctx, "k", 10*time.Second)
+	require.NoError(t, err)
+	drain(t, l)
+	proxies[2].SetBlackhole(true)
+	rev, err := l.Revoke(ctx, "k")
+	proxies[2].SetBlackhole(false)
+	proxies[2].DropConnections()
+	require.Error(t, err)
+	assert.ErrorContains(t, err, "1 of 3 nodes failed")
+	assert.ErrorIs(t, rev.Nodes[2].Err, quorum.ErrNoReply)
+	assert.True(t, rev.Nodes[0].Deleted)
+	assert.True(t, rev.Nodes[1].Deleted)
+	assert.Equal(t, lease.Value(), rev.Nodes[0].Value)
+	require.ErrorIs(t, lease.Check(ctx), redlock.ErrNotHeld, "a majority revoked")
+
+	// A key with no {tag} that holds '}' gets no tombstone: the error says so.
+	for _, m := range c.servers {
+		m.Set("odd}key", "v")
+	}
+	rev, err = l.Revoke(ctx, "odd}key")
+	assert.ErrorContains(t, err, "no tombstone")
+	assert.True(t, rev.Nodes[0].Deleted)
+	assert.False(t, c.servers[0].Exists("odd}key"))
+}
