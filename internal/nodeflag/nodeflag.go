@@ -41,16 +41,13 @@ func Options(nodes []string, files TLSFiles) ([]*redis.Options, error) {
 	if err := files.Check(); err != nil {
 		return nil, err
 	}
-	secure, err := files.load()
-	if err != nil {
-		return nil, err
-	}
-	used := false
 	var out []*redis.Options
+	secured := false
 	for _, n := range nodes {
 		n = strings.TrimSpace(n)
 		var o *redis.Options
 		if strings.Contains(n, "://") {
+			var err error
 			if o, err = redis.ParseURL(n); err != nil {
 				return nil, fmt.Errorf("-nodes %q: %w", n, err)
 			}
@@ -60,14 +57,20 @@ func Options(nodes []string, files TLSFiles) ([]*redis.Options, error) {
 			}
 			o = &redis.Options{Addr: n}
 		}
-		if o.TLSConfig != nil && secure != nil {
-			secure(o.TLSConfig)
-			used = true
-		}
+		secured = secured || o.TLSConfig != nil
 		out = append(out, o)
 	}
-	if secure != nil && !used {
+	if files.Given() && !secured {
 		return nil, errors.New("-tls-ca, -tls-cert, -tls-key: no rediss:// node in -nodes to use them")
+	}
+	secure, err := files.load()
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range out {
+		if o.TLSConfig != nil && secure != nil {
+			secure(o.TLSConfig)
+		}
 	}
 	return out, nil
 }
