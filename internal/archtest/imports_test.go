@@ -41,6 +41,7 @@ var allowed = map[string][]string{
 	"redlock/internal/guard": {"redlock/internal/wire", "redlock/internal/reply", "clock", "drift", "internal/hashtag", goRedis},
 	"redlock":                {"clock", "drift", "quorum", "internal/hashtag", "redlock/internal/wire", "redlock/internal/guard", "redlock/internal/reply", goRedis},
 	"fence":                  {"internal/hashtag", goRedis},
+	"internal/nodeflag":      {goRedis},
 }
 
 type pkg struct {

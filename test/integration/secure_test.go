@@ -135,6 +135,21 @@ func TestLeastPrivilegeACL(t *testing.T) {
 		return lease.Check(ctx)
 	}))
 
+	// The operator's view needs nothing more: Inspect, and Revoke with its
+	// tombstone, which the holder's extension then reads.
+	lease, err = l.TryLock(ctx, "lock:acl-ops", 10*time.Second)
+	require.NoError(t, err)
+	drain(t, l)
+	in, err := l.Inspect(ctx, "lock:acl-ops")
+	require.NoError(t, err)
+	for _, n := range in.Nodes {
+		require.NoError(t, n.Err, n.Name)
+	}
+	require.Equal(t, lease.Value(), in.Holder)
+	_, err = l.Revoke(ctx, "lock:acl-ops")
+	require.NoError(t, err)
+	require.ErrorIs(t, lease.Extend(ctx, 10*time.Second), redlock.ErrNotHeld)
+
 	for _, d := range l.Durability(ctx) {
 		require.ErrorIs(t, d.Err, redlock.ErrNoPermission, "%s: Durability without config|get", d.Name)
 		require.Contains(t, d.Err.Error(), "config|get")

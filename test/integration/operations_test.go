@@ -1,0 +1,128 @@
+package integration
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/redlock"
+	"github.com/redlock/redlock/test/integration/harness"
+)
+
+// The operator's view on real servers: Inspect names the holder of a lease
+// under Do, its owner, the time left by the servers' own clocks and the
+// fencing counters, and a frozen node by its error; Revoke deletes the key
+// everywhere, the holder's next extension finds the tombstone, Do cancels
+// its work with ErrLost, and the next holder's token is higher. The
+// negative control deletes the keys with DEL on every node, as an operator
+// without Revoke would: the holder's healing extension sets them again, and
+// its work goes on, unaware.
+func TestInspectAndRevokeADo(t *testing.T) {
+	c := harness.Start(t, harness.Options{})
+	ctx := t.Context()
+	const ttl = 1500 * time.Millisecond
+	for _, revoke := range []bool{true, false} {
+		name := map[bool]string{true: "Revoke", false: "DEL on every node (negative control)"}[revoke]
+		t.Run(name, func(t *testing.T) {
+			key := "it:ops:" + map[bool]string{true: "revoke", false: "del"}[revoke]
+			holderEvents := &eventLog{}
+			holder := newLocker(t, c, &redlock.Options{Owner: "app-1", Fencing: true, NodeTimeout: time.Second, Observer: holderEvents})
+			ops := newLocker(t, c, &redlock.Options{Owner: "oncall", Fencing: true, NodeTimeout: 300 * time.Millisecond})
+			var token uint64
+			worked := false
+			err := holder.Do(ctx, key, ttl, func(ctx context.Context, lease *redlock.Lease) error {
+				token = lease.Token()
+				drain(t, holder)
+				in, err := ops.Inspect(ctx, key)
+				require.NoError(t, err)
+				assert.Equal(t, lease.Value(), in.Holder)
+				assert.Equal(t, "app-1", in.Owner)
+				assert.Positive(t, in.HeldFor)
+				assert.LessOrEqual(t, in.HeldFor, ttl)
+				for _, n := range in.Nodes {
+					assert.NoError(t, n.Err, n.Name)
+					assert.True(t, n.Held, n.Name)
+					assert.Positive(t, n.Counter, n.Name)
+				}
+
+				// One node frozen: it is named; the others are read.
+				require.NoError(t, c.Nodes[4].Freeze(ctx))
+				in, err = ops.Inspect(ctx, key)
+				require.NoError(t, c.Nodes[4].Thaw(context.Background()))
+				require.NoError(t, err)
+				assert.ErrorContains(t, in.Nodes[4].Err, "no reply")
+				assert.Equal(t, lease.Value(), in.Holder, "four of five still say so")
+
+				if revoke {
+					rev, err := ops.Revoke(ctx, key)
+					require.NoError(t, err)
+					for _, n := range rev.Nodes {
+						assert.True(t, n.Deleted, n.Name)
+						assert.Equal(t, "app-1", n.Owner, n.Name)
+					}
+				} else {
+					for _, n := range c.Nodes {
+						require.NoError(t, n.Admin.Del(ctx, key).Err())
+					}
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(3 * ttl): // several extensions
+					worked = true
+					return nil
+				}
+			})
+			if !revoke {
+				require.NoError(t, err, "the negative control: healed back, the holder never knew")
+				assert.True(t, worked)
+				return
+			}
+			require.ErrorIs(t, err, redlock.ErrLost)
+			assert.False(t, worked, "Do cancelled the work")
+			drain(t, holder)
+			assert.Len(t, holderEvents.of(redlock.OpLost), 1)
+
+			in, err := ops.Inspect(ctx, key)
+			require.NoError(t, err)
+			assert.Empty(t, in.Holder)
+			for _, n := range in.Nodes {
+				assert.False(t, n.Held, "%s: not healed back", n.Name)
+				assert.NotEmpty(t, n.Revoked, "%s: the tombstone", n.Name)
+			}
+			next, err := ops.TryLock(ctx, key, time.Second)
+			require.NoError(t, err)
+			assert.Greater(t, next.Token(), token, "the next holder's token fences the revoked one off")
+			require.NoError(t, next.Unlock(ctx))
+		})
+	}
+}
+
+// eventLog is an Observer that keeps every event.
+type eventLog struct {
+	mu     sync.Mutex
+	events []redlock.Event
+}
+
+func (l *eventLog) Observe(e redlock.Event) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, e)
+}
+
+// of returns the events of op, in the order observed.
+func (l *eventLog) of(op redlock.Op) []redlock.Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []redlock.Event
+	for _, e := range l.events {
+		if e.Op == op {
+			out = append(out, e)
+		}
+	}
+	return out
+}
