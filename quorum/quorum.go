@@ -163,9 +163,7 @@ type Tally[T any] struct {
 // not replied when wait has passed (wait > 0) or ctx is done count as refused.
 // Decide reads the round's arrivals and must be called at most once.
 func (r *Round[T]) Decide(ctx context.Context, wait time.Duration, accept func(T, error) bool) Tally[T] {
-	return r.count(ctx, wait, accept, func(t *Tally[T]) bool {
-		return t.Accepted < t.Need && t.Refused <= len(t.Votes)-t.Need
-	})
+	return r.count(ctx, wait, accept, false)
 }
 
 // Collect is Decide without the early decision: it waits for every node's
@@ -174,13 +172,14 @@ func (r *Round[T]) Decide(ctx context.Context, wait time.Duration, accept func(T
 // inspection of what every node holds. Collect reads the round's arrivals
 // and must be called at most once, and not together with Decide.
 func (r *Round[T]) Collect(ctx context.Context, wait time.Duration, accept func(T, error) bool) Tally[T] {
-	return r.count(ctx, wait, accept, func(t *Tally[T]) bool {
-		return t.Accepted+t.Refused < len(t.Votes)
-	})
+	return r.count(ctx, wait, accept, true)
 }
 
-// count reads arrivals into a tally while more is true.
-func (r *Round[T]) count(ctx context.Context, wait time.Duration, accept func(T, error) bool, more func(*Tally[T]) bool) Tally[T] {
+// count reads arrivals into a tally until the outcome is known or, with
+// all, until every node has answered or been closed. (A flag, not a
+// function: a closure in a generic method carries its type's dictionary,
+// and would be allocated on every decision.)
+func (r *Round[T]) count(ctx context.Context, wait time.Duration, accept func(T, error) bool, all bool) Tally[T] {
 	n := r.Len()
 	t := Tally[T]{Votes: make([]Vote[T], n), Need: Majority(n)}
 	var deadline <-chan time.Time
@@ -189,7 +188,14 @@ func (r *Round[T]) count(ctx context.Context, wait time.Duration, accept func(T,
 		defer timer.Stop()
 		deadline = timer.C
 	}
-	for more(&t) {
+	for {
+		if all {
+			if t.Accepted+t.Refused >= n {
+				break
+			}
+		} else if t.Accepted >= t.Need || t.Refused > n-t.Need {
+			break
+		}
 		select {
 		case i := <-r.arrivals:
 			value, err := r.returned(i)

@@ -72,6 +72,7 @@ type node struct {
 	guard     *guard.Guard // nil: Options.NoQuarantine
 	stats     *nodeStats   // for Health
 	watch     *nodeWatch   // what the Observer was told of the guard (nil: no Observer, or no guard)
+	dials     *dialRecord  // the client's latest failed dial (nil: a Node that takes no hooks)
 }
 
 // newNodes checks the nodes passed to New: at least one, none nil, none
@@ -103,7 +104,7 @@ func newNodes(nodes []Node, o *Options, w *wire.Wait) ([]node, error) {
 		if addr == "" {
 			identities[i] = fmt.Sprintf("~%06d", i) // after every address, in list order
 		}
-		out[i] = node{Node: n, index: i, name: name, stats: new(nodeStats)}
+		out[i] = node{Node: n, index: i, name: name, stats: new(nodeStats), dials: dialRecordOf(n)}
 		if !o.NoQuarantine {
 			if r, ok := n.(*redis.Ring); ok && len(r.Options().Addrs) > 1 {
 				// The guard's marker lives on one shard; a lock key on

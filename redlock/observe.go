@@ -198,6 +198,11 @@ func (l *Locker) results(tally quorum.Tally[Outcome], t *latencies, explain func
 		if explain != nil {
 			err = explain(err)
 		}
+		if !v.Replied {
+			// Decided without this node's reply: say what its dial met,
+			// where that is known.
+			err = l.nodes[i].dials.withDialCause(err, 2*l.opts.NodeTimeout)
+		}
 		out[i] = NodeResult{Node: i, Name: l.nodes[i].name, Outcome: v.Value, Err: err, Latency: t.of(i)}
 		switch {
 		case v.Err != nil:

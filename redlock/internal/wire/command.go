@@ -230,3 +230,22 @@ func nodeTimeout(d time.Duration, err error) error {
 // ErrWithdrawn is the error of an acquisition's command that its own
 // release withdrew before it was sent.
 var ErrWithdrawn = errors.New("redlock: withdrawn unsent: released before it reached the node")
+
+// exec runs pipe, and makes its error every command's where go-redis left
+// the commands without one: a failure to set up the connection (AUTH or
+// HELLO refused, a dial that failed) comes back from Exec alone, and the
+// commands would read as answered with nothing (a nil value, no error).
+func exec(ctx context.Context, pipe redis.Pipeliner) {
+	cmds, err := pipe.Exec(ctx)
+	if err == nil {
+		return
+	}
+	for _, c := range cmds {
+		if c.Err() != nil {
+			return // the commands carry their own errors
+		}
+	}
+	for _, c := range cmds {
+		c.SetErr(err)
+	}
+}

@@ -172,7 +172,7 @@ func (d *Direct[R]) sendPaired(ctx context.Context, c Command, w *Wait, guarded 
 			_ = pipe.Process(ctx, wait)
 		}
 		sent := time.Now()
-		_, _ = pipe.Exec(ctx)
+		exec(ctx, pipe)
 		received := time.Now()
 		if c.Script != nil && args[0] == "evalsha" && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			args = append([]any{"eval", c.Script.Src}, args[2:]...)

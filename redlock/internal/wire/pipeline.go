@@ -451,7 +451,7 @@ func (p *Pipeline[R]) sendBatch(ctx context.Context, batch []job) batchTrip[R] {
 			b.cmds = append(b.cmds, t.wait)
 		}
 		_ = b.pipe.BatchProcess(ctx, b.cmds...)
-		_, _ = b.pipe.Exec(ctx)
+		exec(ctx, b.pipe)
 		p.putPipe(b)
 	}
 	t.received = time.Now()
@@ -504,7 +504,7 @@ func (p *Pipeline[R]) runAgain(ctx context.Context, batch []job, waited bool) (w
 		waitAgain = redis.NewCmd(ctx, p.wait.within(ctx)...)
 		_ = again.Process(ctx, waitAgain)
 	}
-	_, _ = again.Exec(ctx)
+	exec(ctx, again)
 	for i := range batch {
 		if j := &batch[i]; j.deletedFirst {
 			if n, err := j.cmd.Int64(); err != nil || n != 1 {

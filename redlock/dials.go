@@ -1,0 +1,91 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// dialRecord keeps a client's latest failed dial, so that a node that did
+// not reply before the deadline can say why where the reason is known: a
+// connection refused, a name that does not resolve, a TLS handshake that
+// failed. go-redis retries a failed dial with back-off inside the call, so
+// without this the call is still dialling when the vote closes, and the
+// cause is lost.
+type dialRecord struct {
+	last atomic.Pointer[dialFailure]
+}
+
+type dialFailure struct {
+	at  time.Time
+	err error
+}
+
+// DialHook records each failed dial; dials that succeed cost one branch.
+func (r *dialRecord) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := next(ctx, network, addr)
+		if err != nil {
+			r.last.Store(&dialFailure{at: time.Now(), err: err})
+		}
+		return conn, err
+	}
+}
+
+func (r *dialRecord) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (r *dialRecord) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// hooker is a client that takes go-redis hooks: *redis.Client,
+// *redis.ClusterClient (each shard's client), *redis.Ring.
+type hooker interface{ AddHook(redis.Hook) }
+
+// dialRecords holds one record per client ever given to New, so that a
+// client shared by many Lockers carries one hook, not one per Locker.
+var dialRecords sync.Map // hooker -> *dialRecord
+
+// dialRecordOf returns n's record, adding the hook to n on first use; nil
+// for a Node that takes no hooks.
+func dialRecordOf(n Node) *dialRecord {
+	h, ok := n.(hooker)
+	if !ok {
+		return nil
+	}
+	if r, ok := dialRecords.Load(h); ok {
+		return r.(*dialRecord)
+	}
+	r, loaded := dialRecords.LoadOrStore(h, new(dialRecord))
+	if !loaded {
+		h.AddHook(r.(*dialRecord))
+	}
+	return r.(*dialRecord)
+}
+
+// withDialCause adds to err, the error of a node that did not reply before
+// the round was decided, the dial that failed within the last window (twice
+// NodeTimeout: a round is decided at most NodeTimeout after it began, and
+// the scheduler may add to that; an older failure belongs to an earlier
+// round and says nothing of this one), so that errors.Is
+// matches both the missing reply and the dial's cause (for instance
+// syscall.ECONNREFUSED). An older failure, or none, leaves err as it is.
+func (r *dialRecord) withDialCause(err error, window time.Duration) error {
+	if r == nil || err == nil {
+		return err
+	}
+	f := r.last.Load()
+	if f == nil {
+		return err
+	}
+	ago := time.Since(f.at)
+	if ago > window {
+		return err
+	}
+	return fmt.Errorf("%w (a dial %v before: %w)", err, ago.Round(time.Microsecond), f.err)
+}

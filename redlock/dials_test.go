@@ -1,0 +1,145 @@
+package redlock_test
+
+import (
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/quorum"
+	"github.com/redlock/redlock/redlock"
+)
+
+// closedAddr is a loopback address where nothing listens.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// silentAddr accepts connections and never answers.
+func silentAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// bothTransports runs f over the auto-pipeline and the direct transport.
+func bothTransports(t *testing.T, f func(t *testing.T, direct bool)) {
+	for _, direct := range []bool{false, true} {
+		t.Run(map[bool]string{false: "auto-pipeline", true: "direct"}[direct], func(t *testing.T) { f(t, direct) })
+	}
+}
+
+// A new user's first try, three nodes that refuse connections: each node's
+// error says the connection was refused (go-redis is still retrying its
+// dial when the vote closes), and errors.Is sees both the missing reply and
+// the refusal. The negative control, nodes that accept and never answer,
+// says only that no reply came.
+func TestNodeErrorsCarryTheDialCause(t *testing.T) {
+	bothTransports(t, func(t *testing.T, direct bool) {
+		var refused, silent []redlock.Node
+		for range 3 {
+			refused = append(refused, newClient(t, closedAddr(t)))
+			silent = append(silent, newClient(t, silentAddr(t)))
+		}
+		opts := &redlock.Options{NodeTimeout: 200 * time.Millisecond, NoAutoPipeline: direct}
+		_, err := newLocker(t, refused, opts).TryLock(t.Context(), "k", time.Second)
+		require.Error(t, err)
+		var q *redlock.QuorumError
+		require.ErrorAs(t, err, &q)
+		for _, n := range q.Nodes {
+			assert.ErrorIs(t, n.Err, quorum.ErrNoReply, n.Name)
+			assert.ErrorIs(t, n.Err, syscall.ECONNREFUSED, n.Name)
+			assert.ErrorContains(t, n.Err, "connection refused", n.Name)
+		}
+		assert.ErrorIs(t, err, syscall.ECONNREFUSED, "through the *QuorumError too")
+
+		_, err = newLocker(t, silent, opts).TryLock(t.Context(), "k", time.Second)
+		require.ErrorAs(t, err, &q)
+		for _, n := range q.Nodes {
+			assert.ErrorIs(t, n.Err, quorum.ErrNoReply, n.Name)
+			assert.NotContains(t, n.Err.Error(), "dial", "%s: connected, and silent: no dial to blame", n.Name)
+		}
+	})
+}
+
+// A dial that failed long before the round is not its cause: the node came
+// back, silent, and its error says only that no reply came.
+func TestAnOldDialFailureIsNotTheCause(t *testing.T) {
+	bothTransports(t, func(t *testing.T, direct bool) {
+		addr := closedAddr(t)
+		client := newClient(t, addr)
+		l := newLocker(t, []redlock.Node{client}, &redlock.Options{NodeTimeout: 100 * time.Millisecond, NoAutoPipeline: direct})
+		_, err := l.TryLock(t.Context(), "k", time.Second)
+		require.ErrorIs(t, err, syscall.ECONNREFUSED)
+		drain(t, l) // the calls still dialling give up
+
+		ln, err := net.Listen("tcp", addr) // the node is back, and never answers
+		if err != nil {
+			t.Skipf("the port was taken meanwhile: %v", err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				t.Cleanup(func() { c.Close() })
+			}
+		}()
+		time.Sleep(500 * time.Millisecond) // the refusal is older than twice NodeTimeout now
+		_, err = l.TryLock(t.Context(), "k", time.Second)
+		require.ErrorIs(t, err, quorum.ErrNoReply)
+		assert.NotErrorIs(t, err, syscall.ECONNREFUSED)
+	})
+}
+
+// A refused AUTH is the node's error, on both transports: go-redis returns
+// a failure to set up the connection from a pipeline's Exec without setting
+// it on the commands, which read as answered with nothing ("malformed
+// reply") until the transport made it theirs.
+func TestNodeErrorsCarryTheAuthFailure(t *testing.T) {
+	bothTransports(t, func(t *testing.T, direct bool) {
+		for _, c := range []struct{ password, want string }{{"wrong", "WRONGPASS"}, {"", "NOAUTH"}} {
+			var nodes []redlock.Node
+			for range 3 {
+				m := miniredis.RunT(t)
+				m.RequireAuth("secret")
+				nodes = append(nodes, redis.NewClient(&redis.Options{Addr: m.Addr(), Password: c.password}))
+			}
+			_, err := newLocker(t, nodes, &redlock.Options{NoAutoPipeline: direct}).TryLock(t.Context(), "k", time.Second)
+			var q *redlock.QuorumError
+			require.ErrorAs(t, err, &q)
+			failed := 0
+			for _, n := range q.Nodes {
+				if n.Outcome == redlock.Unanswered {
+					continue
+				}
+				failed++
+				assert.ErrorContains(t, n.Err, c.want, "%s (password %q)", n.Name, c.password)
+			}
+			assert.GreaterOrEqual(t, failed, 2)
+		}
+	})
+}
