@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"errors"
 	"fmt"
 	"log"
 	"runtime/debug"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redlock/redlock/quorum"
+	"github.com/redlock/redlock/redlock/internal/wire"
 )
 
 // An Observer is told of every decision a Locker makes (Options.Observer):
@@ -198,10 +200,12 @@ func (l *Locker) results(tally quorum.Tally[Outcome], t *latencies, explain func
 		if explain != nil {
 			err = explain(err)
 		}
-		if !v.Replied {
-			// Decided without this node's reply: say what its dial met,
-			// where that is known.
-			err = l.nodes[i].dials.withDialCause(err, 2*l.opts.NodeTimeout)
+		if !v.Replied || errors.Is(err, wire.ErrNodeTimeout) {
+			// No reply in time, whether the vote closed first or the
+			// call's own deadline did (the two race on the direct
+			// transport): the same error to errors.Is, with what the
+			// node's dial met where that is known.
+			err = l.nodes[i].dials.withDialCause(asNoReply(err), 2*l.opts.NodeTimeout)
 		}
 		out[i] = NodeResult{Node: i, Name: l.nodes[i].name, Outcome: v.Value, Err: err, Latency: t.of(i)}
 		switch {
@@ -290,4 +294,20 @@ func releaseFailure(r NodeResult) any {
 		return r.Err
 	}
 	return r.Outcome
+}
+
+// noReplyError is a call that ran out of its own time (wire.ErrNodeTimeout):
+// it reads as quorum.ErrNoReply too, so that callers test one error for "the
+// node did not answer in time" whichever deadline fired first.
+type noReplyError struct{ error }
+
+func (e noReplyError) Is(target error) bool { return target == quorum.ErrNoReply }
+func (e noReplyError) Unwrap() error        { return e.error }
+
+// asNoReply is err as noReplyError where it is a call's own timeout.
+func asNoReply(err error) error {
+	if err == nil || errors.Is(err, quorum.ErrNoReply) {
+		return err
+	}
+	return noReplyError{err}
 }

@@ -51,22 +51,32 @@ func (w *nodeWatch) verdict(err error) {
 // had not replied by the decision, their verdicts come later, and are
 // reported in the background once every node has replied (Drain waits for
 // it).
+//
+// Which nodes have settled is read before the report: a verdict is stored
+// before its node settles, so a node settled then is in this report, and a
+// node that settles later (even before this report reads its verdict) is
+// in the background one.
 func (l *Locker) reportNodes(key string, round *quorum.Round[Outcome]) {
-	l.reportChanges(key)
+	pending := false
 	for i := range l.nodes {
 		select {
 		case <-round.Settled(i):
 			continue
 		default:
 		}
-		l.inflight.add(1)
-		go func() {
-			defer l.inflight.done()
-			round.Wait()
-			l.reportChanges(key)
-		}()
+		pending = true
+		break
+	}
+	l.reportChanges(key)
+	if !pending {
 		return
 	}
+	l.inflight.add(1)
+	go func() {
+		defer l.inflight.done()
+		round.Wait()
+		l.reportChanges(key)
+	}()
 }
 
 // reportChanges emits what changed on each node since the last report.

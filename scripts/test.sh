@@ -24,8 +24,8 @@ if [ -n "$unformatted" ]; then
 fi
 # The nested modules keep heavy dependencies out of the library's graph:
 # cmd/redlock-bench (etcd, redsync), test/integration (Docker),
-# cmd/redlock-chaos (porcupine). go.work ties them together.
-modules="cmd/redlock-bench test/integration cmd/redlock-chaos"
+# cmd/redlock-chaos (porcupine), otel (OpenTelemetry). go.work ties them together.
+modules="cmd/redlock-bench test/integration cmd/redlock-chaos otel"
 stage "go mod tidy: nothing to change in any module"
 go mod tidy -diff
 for m in $modules; do (cd "$m" && go mod tidy -diff); done
@@ -45,6 +45,8 @@ go test -race -count=1 ./...
 # (Options.NoAutoPipeline, and any other Node type). Test both.
 stage "the benchmark CLI: go test -race ./cmd/redlock-bench/ (its own module; etcd members as child processes)"
 (cd cmd/redlock-bench && go test -race -count=1 ./...)
+stage "the OpenTelemetry adapter: go test -race ./otel/ (its own module; in-memory SDK readers)"
+(cd otel && go test -race -count=1 ./...)
 stage "the coordinator again over its direct transport: REDLOCK_TEST_TRANSPORT=direct go test -race ./redlock/"
 REDLOCK_TEST_TRANSPORT=direct go test -race -count=1 ./redlock/
 stage "fencing schedules, full set without the race detector's slowdown"

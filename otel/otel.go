@@ -1,0 +1,332 @@
+// Package redlockotel reports a redlock.Locker's decisions to OpenTelemetry:
+// metrics and spans, from the library's events (redlock.Options.Observer).
+// It is a module of its own (github.com/redlock/redlock/otel), so that
+// importing the library pulls in no OpenTelemetry.
+//
+// Metrics, lock-level under the redlock. prefix:
+//
+//	redlock.operation.duration  histogram, s: each acquire attempt, extend, unlock, check, revoke,
+//	                            and background release; attributes redlock.operation, redlock.outcome
+//	redlock.contention          counter: acquire attempts that found the lock held
+//	redlock.node.unavailable    counter: node votes that failed or did not reply (redlock.operation, server.address, server.port)
+//	redlock.lease.lost          counter: leases lost while Do's function ran
+//	redlock.node.quarantines    counter: nodes the node guard began to keep out of the quorum
+//	redlock.node.clock_alarms   counter: node clocks seen to jump or run fast
+//	redlock.node.rtt            gauge, s: each node's recent round trip (ObserveHealth)
+//	redlock.node.clock_rate     gauge, {ppm}: each node's measured clock rate (ObserveHealth)
+//
+// and each node's round trip as OpenTelemetry's database conventions name a
+// client call, as go-redis's own instrumentation does:
+// db.client.operation.duration (s) with db.system.name = redis,
+// db.operation.name (SET for a plain acquisition, EVALSHA for the scripts),
+// server.address, server.port, and error.type where the node failed.
+//
+// Spans: one per lock operation ("redlock acquire", ...), started at the
+// operation's start (now less the event's Duration), with an event per node
+// (its outcome, latency and error). Observe has no context, so these spans
+// are roots, unless the operation ran under this package's Do, which starts
+// a "redlock do" span for the whole of Do and parents the operations of its
+// key under it.
+package redlockotel
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/redlock/redlock/quorum"
+	"github.com/redlock/redlock/redlock"
+)
+
+// ScopeName is the instrumentation scope of the meter and tracer.
+const ScopeName = "github.com/redlock/redlock/otel"
+
+// Option configures New.
+type Option func(*config)
+
+type config struct {
+	meters  metric.MeterProvider
+	tracers trace.TracerProvider
+}
+
+// WithMeterProvider sets the meter provider (default: otel.GetMeterProvider()).
+func WithMeterProvider(p metric.MeterProvider) Option { return func(c *config) { c.meters = p } }
+
+// WithTracerProvider sets the tracer provider (default: otel.GetTracerProvider()).
+func WithTracerProvider(p trace.TracerProvider) Option { return func(c *config) { c.tracers = p } }
+
+// Observer is a redlock.Observer that records metrics and spans. Give it to
+// redlock.Options.Observer. It does not block: instruments record in memory,
+// and spans end at once.
+type Observer struct {
+	meter  metric.Meter
+	tracer trace.Tracer
+
+	duration    metric.Float64Histogram
+	dbDuration  metric.Float64Histogram
+	contention  metric.Int64Counter
+	unavailable metric.Int64Counter
+	lost        metric.Int64Counter
+	quarantines metric.Int64Counter
+	clockAlarms metric.Int64Counter
+
+	servers sync.Map // node name -> []attribute.KeyValue (server.address, server.port)
+	dos     sync.Map // key -> *doSpan: the Do running on the key, whose span parents its operations
+}
+
+var _ redlock.Observer = (*Observer)(nil)
+
+// New returns an Observer whose instruments are created once, here.
+func New(opts ...Option) (*Observer, error) {
+	c := config{}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.meters == nil {
+		c.meters = otel.GetMeterProvider()
+	}
+	if c.tracers == nil {
+		c.tracers = otel.GetTracerProvider()
+	}
+	o := &Observer{meter: c.meters.Meter(ScopeName), tracer: c.tracers.Tracer(ScopeName)}
+	m := o.meter
+	var errs [7]error
+	o.duration, errs[0] = m.Float64Histogram("redlock.operation.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of lock operations: each acquire attempt, extend, unlock, check, revoke, background release."))
+	o.dbDuration, errs[1] = m.Float64Histogram("db.client.operation.duration", metric.WithUnit("s"),
+		metric.WithDescription("Duration of each node's round trip in a lock operation."))
+	o.contention, errs[2] = m.Int64Counter("redlock.contention", metric.WithUnit("{attempt}"),
+		metric.WithDescription("Acquire attempts that found the lock held by another holder."))
+	o.unavailable, errs[3] = m.Int64Counter("redlock.node.unavailable", metric.WithUnit("{vote}"),
+		metric.WithDescription("Node votes that failed or did not reply before the decision's deadline."))
+	o.lost, errs[4] = m.Int64Counter("redlock.lease.lost", metric.WithUnit("{lease}"),
+		metric.WithDescription("Leases lost while Do's function ran."))
+	o.quarantines, errs[5] = m.Int64Counter("redlock.node.quarantines", metric.WithUnit("{quarantine}"),
+		metric.WithDescription("Nodes the node guard began to keep out of the quorum."))
+	o.clockAlarms, errs[6] = m.Int64Counter("redlock.node.clock_alarms", metric.WithUnit("{alarm}"),
+		metric.WithDescription("Node clocks seen to jump, or to run faster than the drift bound allows."))
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// Outcome names how an event ended, as the redlock.outcome attribute says
+// it: ok, contention, unavailable (nodes failed or did not reply), not_held
+// (the lease was gone), lost, canceled (the caller's context), or error.
+func Outcome(e redlock.Event) string {
+	switch err := e.Err; {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, redlock.ErrLost):
+		return "lost"
+	case errors.Is(err, redlock.ErrNotObtained):
+		return "contention"
+	case errors.Is(err, redlock.ErrNotHeld):
+		return "not_held"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "canceled"
+	}
+	var q *redlock.QuorumError
+	if errors.As(e.Err, &q) {
+		return "unavailable"
+	}
+	return "error"
+}
+
+// Observe records e.
+func (o *Observer) Observe(e redlock.Event) {
+	ctx := context.Background()
+	op := e.Op.String()
+	outcome := Outcome(e)
+	switch e.Op {
+	case redlock.OpAcquire, redlock.OpExtend, redlock.OpUnlock, redlock.OpCheck, redlock.OpRevoke, redlock.OpRelease:
+		o.duration.Record(ctx, e.Duration.Seconds(), metric.WithAttributes(
+			attribute.String("redlock.operation", op), attribute.String("redlock.outcome", outcome)))
+		o.nodes(ctx, e)
+	case redlock.OpLost:
+		o.lost.Add(ctx, 1)
+	case redlock.OpQuarantine:
+		o.quarantines.Add(ctx, 1, metric.WithAttributes(o.serverOf(e.Nodes)...))
+	case redlock.OpClockAlarm:
+		o.clockAlarms.Add(ctx, 1, metric.WithAttributes(o.serverOf(e.Nodes)...))
+	}
+	if e.Op == redlock.OpAcquire && outcome == "contention" {
+		o.contention.Add(ctx, 1)
+	}
+	o.span(e, op, outcome)
+}
+
+// nodes records each node's round trip and its unavailability.
+func (o *Observer) nodes(ctx context.Context, e redlock.Event) {
+	name := "EVALSHA" // the scripts: extend, unlock, check, revoke, the fenced acquire
+	if e.Op == redlock.OpAcquire && e.Token == 0 {
+		name = "SET"
+	}
+	for _, n := range e.Nodes {
+		failed := n.Outcome == redlock.Failed && n.Err != nil
+		if failed {
+			o.unavailable.Add(ctx, 1, metric.WithAttributes(append([]attribute.KeyValue{attribute.String("redlock.operation", e.Op.String())}, o.server(n.Name)...)...))
+		}
+		if n.Latency <= 0 && !failed {
+			continue // not answered before the decision, nor failed: nothing was measured
+		}
+		attrs := append([]attribute.KeyValue{
+			attribute.String("db.system.name", "redis"),
+			attribute.String("db.operation.name", name),
+			attribute.String("redlock.operation", e.Op.String()),
+		}, o.server(n.Name)...)
+		latency := n.Latency
+		if failed {
+			attrs = append(attrs, attribute.String("error.type", errorType(n.Err)))
+			if latency <= 0 {
+				latency = e.Duration // no reply: it took the whole round
+			}
+		}
+		o.dbDuration.Record(ctx, latency.Seconds(), metric.WithAttributes(attrs...))
+	}
+}
+
+// errorType is the error.type of a node's failure: timeout where it did not
+// reply, quarantined, NOPERM for an ACL refusal, else _OTHER (the
+// convention's value when no better one is known).
+func errorType(err error) string {
+	switch {
+	case errors.Is(err, quorum.ErrNoReply), errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, redlock.ErrNodeQuarantined):
+		return "quarantined"
+	case errors.Is(err, redlock.ErrNoPermission):
+		return "NOPERM"
+	case errors.Is(err, redlock.ErrNotReplicated):
+		return "not_replicated"
+	}
+	return "_OTHER"
+}
+
+func (o *Observer) serverOf(nodes []redlock.NodeResult) []attribute.KeyValue {
+	if len(nodes) == 0 {
+		return nil
+	}
+	return o.server(nodes[0].Name)
+}
+
+// server is server.address and server.port of a node named as the library
+// names nodes, "node 2 (10.0.0.7:6379)"; none where no address is known.
+func (o *Observer) server(name string) []attribute.KeyValue {
+	if v, ok := o.servers.Load(name); ok {
+		return v.([]attribute.KeyValue)
+	}
+	var attrs []attribute.KeyValue
+	if open, end := strings.IndexByte(name, '('), strings.LastIndexByte(name, ')'); open >= 0 && end > open {
+		if host, port, err := net.SplitHostPort(name[open+1 : end]); err == nil {
+			attrs = append(attrs, attribute.String("server.address", host))
+			if p, err := strconv.Atoi(port); err == nil {
+				attrs = append(attrs, attribute.Int("server.port", p))
+			}
+		}
+	}
+	o.servers.Store(name, attrs)
+	return attrs
+}
+
+// span records e as a span that began e.Duration ago.
+func (o *Observer) span(e redlock.Event, op, outcome string) {
+	parent := context.Background()
+	if d, ok := o.dos.Load(e.Key); ok && e.Key != "" {
+		parent = d.(*doSpan).ctx
+	}
+	end := time.Now()
+	attrs := []attribute.KeyValue{attribute.String("redlock.outcome", outcome)}
+	if e.Key != "" {
+		attrs = append(attrs, attribute.String("redlock.key", e.Key))
+	}
+	if e.Attempt > 0 {
+		attrs = append(attrs, attribute.Int("redlock.attempt", e.Attempt))
+	}
+	if e.Token != 0 {
+		attrs = append(attrs, attribute.String("redlock.token", strconv.FormatUint(e.Token, 10)))
+	}
+	if e.Validity > 0 {
+		attrs = append(attrs, attribute.Float64("redlock.validity", e.Validity.Seconds()))
+	}
+	if e.Detail != "" {
+		attrs = append(attrs, attribute.String("redlock.detail", e.Detail))
+	}
+	_, s := o.tracer.Start(parent, "redlock "+op, trace.WithTimestamp(end.Add(-e.Duration)),
+		trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	for _, n := range e.Nodes {
+		a := []attribute.KeyValue{attribute.String("redlock.node", n.Name), attribute.String("redlock.node.outcome", n.Outcome.String())}
+		if n.Latency > 0 {
+			a = append(a, attribute.Float64("redlock.node.latency", n.Latency.Seconds()))
+		}
+		if n.Err != nil {
+			a = append(a, attribute.String("error.message", n.Err.Error()))
+		}
+		s.AddEvent("node", trace.WithTimestamp(end), trace.WithAttributes(a...))
+	}
+	if e.Err != nil && outcome != "contention" {
+		s.SetStatus(codes.Error, e.Err.Error())
+	}
+	s.End(trace.WithTimestamp(end))
+}
+
+// doSpan is a Do in progress, whose span parents its key's operations.
+type doSpan struct{ ctx context.Context }
+
+// Do runs l.Do(ctx, key, ttl, fn) inside a "redlock do" span, which parents
+// the operations of key that l's events report meanwhile (when l's Observer
+// is o) and ends with Do's error. fn's context carries the span. Two Do
+// calls on one key at once in one process (one holds, one waits) share the
+// later one's span as parent.
+func (o *Observer) Do(ctx context.Context, l *redlock.Locker, key string, ttl time.Duration, fn func(context.Context, *redlock.Lease) error) error {
+	ctx, s := o.tracer.Start(ctx, "redlock do", trace.WithAttributes(attribute.String("redlock.key", key)))
+	d := &doSpan{ctx: ctx}
+	o.dos.Store(key, d)
+	err := l.Do(ctx, key, ttl, fn)
+	o.dos.CompareAndDelete(key, d)
+	if err != nil {
+		s.RecordError(err)
+		s.SetStatus(codes.Error, err.Error())
+	}
+	s.End()
+	return err
+}
+
+// ObserveHealth registers the per-node gauges redlock.node.rtt (s) and
+// redlock.node.clock_rate ({ppm}, once measured) for l. Each collection
+// calls l.Health, which reads each node's INFO and CONFIG (bounded by
+// NodeTimeout): collect every few seconds at most. Unregister the returned
+// registration when l is no longer used.
+func (o *Observer) ObserveHealth(l *redlock.Locker) (metric.Registration, error) {
+	rtt, err := o.meter.Float64ObservableGauge("redlock.node.rtt", metric.WithUnit("s"),
+		metric.WithDescription("Each node's recent round trip, as the Locker measured it."))
+	if err != nil {
+		return nil, err
+	}
+	rate, err := o.meter.Float64ObservableGauge("redlock.node.clock_rate", metric.WithUnit("{ppm}"),
+		metric.WithDescription("Each node's clock rate against this process's, in parts per million (positive: fast), once measured."))
+	if err != nil {
+		return nil, err
+	}
+	return o.meter.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
+		for _, h := range l.Health() {
+			attrs := metric.WithAttributes(o.server(h.Name)...)
+			obs.ObserveFloat64(rtt, h.RTT.Seconds(), attrs)
+			if h.ClockMeasured {
+				obs.ObserveFloat64(rate, h.ClockRatePPM, attrs)
+			}
+		}
+		return nil
+	}, rtt, rate)
+}

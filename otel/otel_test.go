@@ -1,0 +1,255 @@
+package redlockotel_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	redlockotel "github.com/redlock/redlock/otel"
+	"github.com/redlock/redlock/redlock"
+)
+
+// setup is an Observer on in-memory readers, and a Locker on n in-process
+// nodes that reports to it.
+type setup struct {
+	reader  *sdkmetric.ManualReader
+	spans   *tracetest.SpanRecorder
+	obs     *redlockotel.Observer
+	servers []*miniredis.Miniredis
+	locker  *redlock.Locker
+}
+
+func newSetup(t *testing.T, n int, opts redlock.Options) *setup {
+	t.Helper()
+	s := &setup{reader: sdkmetric.NewManualReader(), spans: tracetest.NewSpanRecorder()}
+	var err error
+	s.obs, err = redlockotel.New(
+		redlockotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(s.reader))),
+		redlockotel.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(s.spans))))
+	require.NoError(t, err)
+	var nodes []redlock.Node
+	for range n {
+		m := miniredis.RunT(t)
+		_ = m.Set("redlock:memory", "0 ?") // trusted (miniredis has no INFO server for the guard)
+		s.servers = append(s.servers, m)
+		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		t.Cleanup(func() { c.Close() })
+		nodes = append(nodes, c)
+	}
+	opts.Observer = s.obs
+	if opts.NodeTimeout == 0 {
+		opts.NodeTimeout = 5 * time.Second
+	}
+	s.locker, err = redlock.New(nodes, &opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.locker.Drain(context.Background()) })
+	return s
+}
+
+// metrics collects every metric, by name.
+func (s *setup) metrics(t *testing.T) map[string]metricdata.Metrics {
+	t.Helper()
+	require.NoError(t, s.locker.Drain(t.Context()))
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, s.reader.Collect(t.Context(), &rm))
+	out := map[string]metricdata.Metrics{}
+	for _, sm := range rm.ScopeMetrics {
+		assert.Equal(t, redlockotel.ScopeName, sm.Scope.Name)
+		for _, m := range sm.Metrics {
+			out[m.Name] = m
+		}
+	}
+	return out
+}
+
+// histogramCount is the number of recordings of m whose attributes include want.
+func histogramCount(t *testing.T, m metricdata.Metrics, want ...attribute.KeyValue) uint64 {
+	t.Helper()
+	h, ok := m.Data.(metricdata.Histogram[float64])
+	require.True(t, ok, "%s is a float64 histogram", m.Name)
+	var n uint64
+	for _, p := range h.DataPoints {
+		if has(p.Attributes, want) {
+			n += p.Count
+		}
+	}
+	return n
+}
+
+func counterSum(t *testing.T, m metricdata.Metrics, want ...attribute.KeyValue) int64 {
+	t.Helper()
+	c, ok := m.Data.(metricdata.Sum[int64])
+	require.True(t, ok, "%s is an int64 sum", m.Name)
+	var n int64
+	for _, p := range c.DataPoints {
+		if has(p.Attributes, want) {
+			n += p.Value
+		}
+	}
+	return n
+}
+
+func has(set attribute.Set, want []attribute.KeyValue) bool {
+	for _, kv := range want {
+		if v, ok := set.Value(kv.Key); !ok || v != kv.Value {
+			return false
+		}
+	}
+	return true
+}
+
+func TestMetricsAndSpansOfLockOperations(t *testing.T) {
+	ctx := t.Context()
+	s := newSetup(t, 3, redlock.Options{})
+	lease, err := s.locker.TryLock(ctx, "k", 10*time.Second)
+	require.NoError(t, err)
+	_, err = s.locker.TryLock(ctx, "k", 10*time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	require.NoError(t, lease.Extend(ctx, 10*time.Second))
+	require.NoError(t, lease.Check(ctx))
+	require.NoError(t, lease.Unlock(ctx))
+
+	m := s.metrics(t)
+	d := m["redlock.operation.duration"]
+	assert.Equal(t, "s", d.Unit)
+	op := func(name, outcome string) uint64 {
+		return histogramCount(t, d, attribute.String("redlock.operation", name), attribute.String("redlock.outcome", outcome))
+	}
+	assert.EqualValues(t, 1, op("acquire", "ok"))
+	assert.EqualValues(t, 1, op("acquire", "contention"))
+	assert.EqualValues(t, 1, op("extend", "ok"))
+	assert.EqualValues(t, 1, op("check", "ok"))
+	assert.EqualValues(t, 1, op("unlock", "ok"))
+	assert.EqualValues(t, 1, counterSum(t, m["redlock.contention"]))
+
+	db := m["db.client.operation.duration"]
+	assert.Equal(t, "s", db.Unit)
+	addr := s.servers[0].Server().Addr()
+	redisAttrs := []attribute.KeyValue{attribute.String("db.system.name", "redis"), attribute.String("server.address", addr.IP.String()), attribute.Int("server.port", addr.Port)}
+	assert.GreaterOrEqual(t, histogramCount(t, db, append(redisAttrs, attribute.String("db.operation.name", "SET"))...), uint64(1), "node 0's SETs")
+	assert.GreaterOrEqual(t, histogramCount(t, db, append(redisAttrs, attribute.String("db.operation.name", "EVALSHA"))...), uint64(1), "node 0's scripts")
+
+	names := map[string]int{}
+	for _, sp := range s.spans.Ended() {
+		names[sp.Name()]++
+		assert.False(t, sp.Parent().IsValid(), "outside Do: a root span")
+		assert.NotEmpty(t, sp.Events(), "%s: an event per node", sp.Name())
+		assert.True(t, sp.StartTime().Before(sp.EndTime()) || sp.StartTime().Equal(sp.EndTime()))
+	}
+	assert.Equal(t, map[string]int{"redlock acquire": 2, "redlock extend": 1, "redlock check": 1, "redlock unlock": 1}, names, "the contended attempt was granted nowhere: nothing to release")
+	for _, sp := range s.spans.Ended() {
+		if sp.Name() == "redlock acquire" {
+			assert.Len(t, sp.Events(), 3)
+			assert.NotEqual(t, codes.Error, sp.Status().Code, "contention is not an error")
+		}
+	}
+}
+
+func TestUnavailableNodes(t *testing.T) {
+	ctx := t.Context()
+	s := newSetup(t, 3, redlock.Options{NodeTimeout: 200 * time.Millisecond})
+	require.NoError(t, s.locker.Warm(ctx))
+	s.servers[1].Close()
+	s.servers[2].Close()
+	_, err := s.locker.TryLock(ctx, "k", 10*time.Second)
+	require.Error(t, err)
+	m := s.metrics(t)
+	assert.EqualValues(t, 1, histogramCount(t, m["redlock.operation.duration"], attribute.String("redlock.operation", "acquire"), attribute.String("redlock.outcome", "unavailable")))
+	// The two dead nodes, in the attempt and again in its release.
+	assert.EqualValues(t, 2, counterSum(t, m["redlock.node.unavailable"], attribute.String("redlock.operation", "acquire")))
+	assert.GreaterOrEqual(t, histogramCount(t, m["db.client.operation.duration"], attribute.String("error.type", "_OTHER"))+
+		histogramCount(t, m["db.client.operation.duration"], attribute.String("error.type", "timeout")), uint64(2))
+	for _, sp := range s.spans.Ended() {
+		if sp.Name() == "redlock acquire" {
+			assert.Equal(t, codes.Error, sp.Status().Code)
+		}
+	}
+}
+
+// A lease lost under Do: the counter, and a "redlock do" span that parents
+// the operations of its key.
+func TestLostLeaseUnderDo(t *testing.T) {
+	ctx := t.Context()
+	s := newSetup(t, 3, redlock.Options{})
+	err := s.obs.Do(ctx, s.locker, "k", 600*time.Millisecond, func(ctx context.Context, lease *redlock.Lease) error {
+		require.NoError(t, s.locker.Drain(ctx))
+		for _, m := range s.servers {
+			_ = m.Set("k", "someone-else") // the next extension is refuted
+		}
+		<-ctx.Done()
+		return nil
+	})
+	require.ErrorIs(t, err, redlock.ErrLost)
+	m := s.metrics(t)
+	assert.EqualValues(t, 1, counterSum(t, m["redlock.lease.lost"]))
+	assert.GreaterOrEqual(t, histogramCount(t, m["redlock.operation.duration"], attribute.String("redlock.operation", "extend"), attribute.String("redlock.outcome", "not_held")), uint64(1))
+
+	var do sdktrace.ReadOnlySpan
+	for _, sp := range s.spans.Ended() {
+		if sp.Name() == "redlock do" {
+			do = sp
+		}
+	}
+	require.NotNil(t, do)
+	assert.Equal(t, codes.Error, do.Status().Code)
+	children := map[string]bool{}
+	for _, sp := range s.spans.Ended() {
+		if sp.Parent().SpanID() == do.SpanContext().SpanID() {
+			children[sp.Name()] = true
+		}
+	}
+	assert.True(t, children["redlock acquire"] && children["redlock extend"] && children["redlock lost"], "Do's operations are its children: %v", children)
+}
+
+func TestQuarantineAndHealthGauges(t *testing.T) {
+	ctx := t.Context()
+	s := newSetup(t, 3, redlock.Options{})
+	reg, err := s.obs.ObserveHealth(s.locker)
+	require.NoError(t, err)
+	defer reg.Unregister()
+	lease, err := s.locker.TryLock(ctx, "k", time.Second)
+	require.NoError(t, err)
+	require.NoError(t, lease.Unlock(ctx))
+	s.servers[0].FlushAll() // a restart without persistence, to the guard
+	lease, err = s.locker.TryLock(ctx, "k", time.Second)
+	require.NoError(t, err)
+	require.NoError(t, lease.Unlock(ctx))
+
+	m := s.metrics(t)
+	addr := s.servers[0].Server().Addr()
+	assert.EqualValues(t, 1, counterSum(t, m["redlock.node.quarantines"], attribute.Int("server.port", addr.Port)))
+	rtt, ok := m["redlock.node.rtt"].Data.(metricdata.Gauge[float64])
+	require.True(t, ok)
+	assert.Len(t, rtt.DataPoints, 3, "one per node")
+	for _, p := range rtt.DataPoints {
+		assert.Positive(t, p.Value)
+	}
+}
+
+// Observe allocates little, and never blocks on the providers.
+func BenchmarkObserve(b *testing.B) {
+	o, err := redlockotel.New(
+		redlockotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))),
+		redlockotel.WithTracerProvider(sdktrace.NewTracerProvider()))
+	require.NoError(b, err)
+	e := redlock.Event{Op: redlock.OpAcquire, Key: "k", Attempt: 1, Duration: time.Millisecond, Validity: time.Second, Nodes: []redlock.NodeResult{
+		{Node: 0, Name: "node 0 (127.0.0.1:7000)", Outcome: redlock.Granted, Latency: 300 * time.Microsecond},
+		{Node: 1, Name: "node 1 (127.0.0.1:7001)", Outcome: redlock.Granted, Latency: 400 * time.Microsecond},
+		{Node: 2, Name: "node 2 (127.0.0.1:7002)", Outcome: redlock.Unanswered},
+	}}
+	b.ReportAllocs()
+	for b.Loop() {
+		o.Observe(e)
+	}
+}
