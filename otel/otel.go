@@ -8,7 +8,9 @@
 //	redlock.operation.duration  histogram, s: each acquire attempt, extend, unlock, check, revoke,
 //	                            and background release; attributes redlock.operation, redlock.outcome
 //	redlock.contention          counter: acquire attempts that found the lock held
-//	redlock.node.unavailable    counter: node votes that failed or did not reply (redlock.operation, server.address, server.port)
+//	redlock.node.unavailable    counter: node votes that failed or did not reply, including
+//	                            those a decision did not wait for that failed afterwards
+//	                            (redlock.operation, server.address, server.port)
 //	redlock.lease.lost          counter: leases lost while Do's function ran
 //	redlock.node.quarantines    counter: nodes the node guard began to keep out of the quorum
 //	redlock.node.clock_alarms   counter: node clocks seen to jump or run fast
@@ -160,6 +162,10 @@ func (o *Observer) Observe(e redlock.Event) {
 		o.quarantines.Add(ctx, 1, metric.WithAttributes(o.serverOf(e.Nodes)...))
 	case redlock.OpClockAlarm:
 		o.clockAlarms.Add(ctx, 1, metric.WithAttributes(o.serverOf(e.Nodes)...))
+	case redlock.OpLateFailure: // nodes the decision did not wait for, failed since
+		for _, n := range e.Nodes {
+			o.unavailable.Add(ctx, 1, metric.WithAttributes(append([]attribute.KeyValue{attribute.String("redlock.operation", e.Of.String())}, o.server(n.Name)...)...))
+		}
 	}
 	if e.Op == redlock.OpAcquire && outcome == "contention" {
 		o.contention.Add(ctx, 1)
@@ -169,10 +175,7 @@ func (o *Observer) Observe(e redlock.Event) {
 
 // nodes records each node's round trip and its unavailability.
 func (o *Observer) nodes(ctx context.Context, e redlock.Event) {
-	name := "EVALSHA" // the scripts: extend, unlock, check, revoke, the fenced acquire
-	if e.Op == redlock.OpAcquire && e.Token == 0 {
-		name = "SET"
-	}
+	name := dbOperation(e.Op, e.Token)
 	for _, n := range e.Nodes {
 		failed := n.Outcome == redlock.Failed && n.Err != nil
 		if failed {
@@ -195,6 +198,16 @@ func (o *Observer) nodes(ctx context.Context, e redlock.Event) {
 		}
 		o.dbDuration.Record(ctx, latency.Seconds(), metric.WithAttributes(attrs...))
 	}
+}
+
+// dbOperation is db.operation.name of op's command: SET for a plain
+// acquisition, EVALSHA for the scripts (extend, unlock, check, revoke, the
+// fenced acquire).
+func dbOperation(op redlock.Op, token uint64) string {
+	if op == redlock.OpAcquire && token == 0 {
+		return "SET"
+	}
+	return "EVALSHA"
 }
 
 // errorType is the error.type of a node's failure: timeout where it did not

@@ -170,8 +170,10 @@ func TestHungNodesDecideEarly(t *testing.T) {
 	}
 }
 
-// Behaviour 3: every failed attempt is released on every node, including
-// nodes that errored after applying the SET and nodes that had not answered.
+// Behaviour 3: every failed attempt is released on every node that may
+// hold it, including nodes that errored after applying the SET and nodes
+// that had not answered; a node that answered with another holder's value
+// wrote nothing, and is sent nothing.
 func TestFailedAttemptReleasesEveryNode(t *testing.T) {
 	t.Run("no majority", func(t *testing.T) {
 		c := newCluster(t, 5)
@@ -186,6 +188,16 @@ func TestFailedAttemptReleasesEveryNode(t *testing.T) {
 		drain(t, l)
 		assert.Empty(t, c.holding("k", valueOf(t, hooks[3])), "granted nodes must be released")
 		assert.Equal(t, []int{0, 1, 2}, c.holding("k", "someone-else"), "another holder's keys must stay")
+		for i, h := range hooks {
+			h.mu.Lock()
+			released := len(h.scriptKeys)
+			h.mu.Unlock()
+			if i <= 2 {
+				assert.Zero(t, released, "node %d refused the SET: no release sent", i)
+			} else {
+				assert.NotZero(t, released, "node %d granted: released (EVALSHA, and EVAL after NOSCRIPT)", i)
+			}
+		}
 	})
 
 	t.Run("node errors after applying", func(t *testing.T) {

@@ -67,18 +67,29 @@ func TestNodeErrorsCarryTheDialCause(t *testing.T) {
 		require.Error(t, err)
 		var q *redlock.QuorumError
 		require.ErrorAs(t, err, &q)
+		failed := 0
 		for _, n := range q.Nodes {
+			if n.Outcome == redlock.Unanswered && n.Err == nil {
+				continue // two failures decided the round before this node's deadline: not waited for
+			}
+			failed++
 			assert.ErrorIs(t, n.Err, quorum.ErrNoReply, n.Name)
 			assert.ErrorIs(t, n.Err, syscall.ECONNREFUSED, n.Name)
 			assert.ErrorContains(t, n.Err, "connection refused", n.Name)
 		}
+		assert.GreaterOrEqual(t, failed, 2, "the nodes that decided the round")
 		assert.ErrorIs(t, err, syscall.ECONNREFUSED, "through the *QuorumError too")
 
 		_, err = newLocker(t, silent, opts).TryLock(t.Context(), "k", time.Second)
 		require.ErrorAs(t, err, &q)
 		for _, n := range q.Nodes {
+			if n.Outcome == redlock.Unanswered && n.Err == nil {
+				continue // not waited for, as above
+			}
 			assert.ErrorIs(t, n.Err, quorum.ErrNoReply, n.Name)
-			assert.NotContains(t, n.Err.Error(), "dial", "%s: connected, and silent: no dial to blame", n.Name)
+			if n.Err != nil {
+				assert.NotContains(t, n.Err.Error(), "dial", "%s: connected, and silent: no dial to blame", n.Name)
+			}
 		}
 	})
 }

@@ -112,7 +112,7 @@ func (l *Locker) Inspect(ctx context.Context, key string) (Inspection, error) {
 		in.Nodes[i] = n
 	}
 	if l.observed() {
-		l.reportNodes(key, round)
+		l.reportNodes(0, key, round, tally, true)
 	}
 	in.Holder, in.HeldFor = majorityHolder(in.Nodes, tally.Need)
 	in.Owner = OwnerOf(in.Holder)

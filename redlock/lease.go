@@ -246,7 +246,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		l.mu.Unlock()
 		if timing != nil {
 			lk.emit(Event{Op: OpExtend, Key: l.key, Duration: now.Sub(start), Token: l.token, Validity: until.Sub(now), Nodes: lk.results(tally, timing, nil)})
-			lk.reportNodes(l.key, round)
+			lk.reportNodes(OpExtend, l.key, round, tally, true)
 		}
 		return nil
 	}
@@ -254,7 +254,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if timing != nil {
 		defer func() {
 			lk.emit(Event{Op: OpExtend, Key: l.key, Duration: lk.opts.Clock.Now().Sub(start), Token: l.token, Err: e, Nodes: lk.nodeResultsOf(e, tally, timing)})
-			lk.reportNodes(l.key, round)
+			lk.reportNodes(OpExtend, l.key, round, tally, true)
 		}()
 	}
 	if errors.Is(e.Cause, ErrNotHeld) || l.refuted(tally) {
@@ -376,7 +376,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	detached := context.WithoutCancel(ctx)
 	start := lk.opts.Clock.Now()
 	timing := lk.timing()
-	round := lk.release(ctx, l.key, l.value, l.acquired, ttl, timing)
+	round := lk.release(ctx, l.key, l.value, l.acquired, ttl, timing, nil)
 	tally := round.Decide(detached, lk.opts.NodeTimeout, granted)
 	var err error
 	if !tally.Won {
@@ -384,6 +384,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	}
 	if timing != nil {
 		lk.emit(Event{Op: OpUnlock, Key: l.key, Duration: lk.opts.Clock.Now().Sub(start), Token: l.token, Err: err, Nodes: lk.nodeResultsOf(err, tally, timing)})
+		lk.reportNodes(OpUnlock, l.key, round, tally, false)
 	}
 	return err
 }
@@ -425,7 +426,7 @@ func (l *Lease) Check(ctx context.Context) error {
 	}
 	if timing != nil {
 		lk.emit(Event{Op: OpCheck, Key: l.key, Duration: lk.opts.Clock.Now().Sub(start), Token: l.token, Err: err, Nodes: lk.nodeResultsOf(err, tally, timing)})
-		lk.reportNodes(l.key, round)
+		lk.reportNodes(OpCheck, l.key, round, tally, true)
 	}
 	return err
 }

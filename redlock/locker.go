@@ -223,7 +223,7 @@ func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error
 		lease := &Lease{locker: l, key: req.key, value: value, token: token, acquiredAt: start, acquired: round, heldBy: round, holders: round, ttl: req.granted, until: until}
 		if timing != nil {
 			l.emit(Event{Op: OpAcquire, Key: req.key, Attempt: n, Duration: now.Sub(start), Token: token, Validity: until.Sub(now), Nodes: l.results(tally, timing, nil)})
-			l.reportNodes(req.key, round)
+			l.reportNodes(OpAcquire, req.key, round, tally, true)
 		}
 		return lease, nil
 	}
@@ -234,7 +234,7 @@ func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error
 	if timing != nil {
 		releaseTiming = l.timing()
 	}
-	released := l.release(ctx, req.key, value, round, req.granted, releaseTiming)
+	released := l.release(ctx, req.key, value, round, req.granted, releaseTiming, refusedIn(round))
 	if timing != nil {
 		// Before waiting for the granted nodes: the release's report
 		// must be counted in flight (Drain) before this attempt returns.
@@ -246,7 +246,7 @@ func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error
 	}
 	if timing != nil {
 		l.emit(Event{Op: OpAcquire, Key: req.key, Attempt: n, Duration: l.opts.Clock.Now().Sub(start), Err: err, Nodes: l.nodeResultsOf(err, tally, timing)})
-		l.reportNodes(req.key, round)
+		l.reportNodes(OpAcquire, req.key, round, tally, true)
 	}
 	return nil, err
 }
@@ -290,13 +290,40 @@ func (l *Locker) waitGranted(round *quorum.Round[Outcome], tally quorum.Tally[Ou
 // runs detached from the caller's context (a caller who gave up still cleans
 // up), and each call may take up to ttl, not just NodeTimeout: a release
 // that is slow (EVALSHA answered NOSCRIPT late, and EVAL must follow) is
-// still worth sending until the key would have expired anyway.
-func (l *Locker) release(ctx context.Context, key, value string, acquired *quorum.Round[Outcome], ttl time.Duration, timing *latencies) *quorum.Round[Outcome] {
-	f := fan{after: acquired, timeout: max(ttl, l.opts.NodeTimeout), release: key, timing: timing}
+// still worth sending until the key would have expired anyway. skip, if
+// set, says which nodes are not sent it (see refusedIn).
+func (l *Locker) release(ctx context.Context, key, value string, acquired *quorum.Round[Outcome], ttl time.Duration, timing *latencies, skip func(int) error) *quorum.Round[Outcome] {
+	f := fan{after: acquired, skip: skip, timeout: max(ttl, l.opts.NodeTimeout), release: key, timing: timing}
 	return l.fanOut(context.WithoutCancel(ctx), f, wire.ScriptCommand(releaseScript, []string{key}, value).Of(value, wire.RoleReleases), readScript)
 }
 
 func granted(o Outcome, err error) bool { return err == nil && o == Granted }
+
+// refusedIn is the release skip of a failed attempt: a node whose SET
+// has already come back refused (another value on the key) holds nothing of
+// the attempt, and is not sent the release (errNothingToRelease). Its reply
+// is final (a command runs again only before its reply is delivered), and a
+// refused SET NX writes nothing. Under contention most attempts are refused
+// everywhere, so this halves their commands. A node whose reply is still
+// outstanding, or failed, or granted, gets the release. (A lease's Unlock
+// skips nothing: an extension may have healed its key since on a node that
+// refused the acquisition.)
+func refusedIn(acquired *quorum.Round[Outcome]) func(int) error {
+	return func(i int) error {
+		select {
+		case <-acquired.Settled(i):
+			if o, err := acquired.Result(i); err == nil && o == Taken {
+				return errNothingToRelease
+			}
+		default:
+		}
+		return nil
+	}
+}
+
+// errNothingToRelease is a failed attempt's release on a node that refused
+// the SET: not sent.
+var errNothingToRelease = errors.New("redlock: not sent: the node refused the SET, so holds nothing to release")
 
 // roundError describes a round that did not succeed: see QuorumError.
 // c is the round's command: a node's ACL refusal is explained in its terms.

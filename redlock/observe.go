@@ -85,6 +85,14 @@ const (
 	// run faster than the drift bound allows (validity then shrinks by the
 	// excess: see NodeHealth). Nodes holds that node; Detail what was seen.
 	OpClockAlarm
+	// OpLateFailure reports nodes that a decision did not wait for (a
+	// majority had answered first) whose calls then failed: a frozen node's
+	// timeout, a refused connection (not a quarantined vote: OpQuarantine
+	// reports that). Without it a node
+	// that keeps timing out is invisible while the others decide early.
+	// Of is the round's operation; Nodes lists only those nodes.
+	// Background.
+	OpLateFailure
 )
 
 var opNames = [...]string{
@@ -99,6 +107,7 @@ var opNames = [...]string{
 	OpQuarantine:    "quarantine",
 	OpQuarantineEnd: "quarantine end",
 	OpClockAlarm:    "clock alarm",
+	OpLateFailure:   "late failure",
 }
 
 func (o Op) String() string {
@@ -144,6 +153,8 @@ type Event struct {
 	// Detail says more, in words, where the Op needs it: a quarantine's
 	// cause, what a clock alarm saw, who revoked.
 	Detail string
+	// Of is, for OpLateFailure, the operation whose round it follows.
+	Of Op
 }
 
 // observed reports whether the Locker has an Observer.
@@ -259,7 +270,10 @@ func (l *Locker) watchRelease(key string, attempt int, start time.Time, acquired
 			wasGranted := err == nil && o == Granted
 			ro, rerr := released.Result(i)
 			r := NodeResult{Node: i, Name: l.nodes[i].name, Outcome: ro, Err: rerr, Latency: timing.of(i)}
-			if rerr != nil {
+			switch {
+			case errors.Is(rerr, errNothingToRelease):
+				r.Outcome, r.Err = Taken, nil // it refused the SET: nothing was sent, nothing to release
+			case rerr != nil:
 				r.Outcome = Failed
 			}
 			results = append(results, r)
@@ -306,7 +320,7 @@ func (e noReplyError) Unwrap() error        { return e.error }
 
 // asNoReply is err as noReplyError where it is a call's own timeout.
 func asNoReply(err error) error {
-	if err == nil || errors.Is(err, quorum.ErrNoReply) {
+	if !errors.Is(err, wire.ErrNodeTimeout) || errors.Is(err, quorum.ErrNoReply) {
 		return err
 	}
 	return noReplyError{err}

@@ -3,6 +3,7 @@ package redlock
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -45,18 +46,20 @@ func (w *nodeWatch) verdict(err error) {
 	w.seen.Store(true)
 }
 
-// reportNodes tells the Observer of every node whose quarantine began or
-// ended, or whose clock raised an alarm, since the last report. Called
-// after guarded rounds of an observed Locker, with the round: where nodes
-// had not replied by the decision, their verdicts come later, and are
-// reported in the background once every node has replied (Drain waits for
-// it).
+// reportNodes tells the Observer what it learns of the nodes from a
+// decided round of op (0 for Inspect, which reports no late failures), in
+// tally: for a guarded round, every node whose
+// quarantine began or ended, or whose clock raised an alarm, since the last
+// report; and the nodes the decision did not wait for whose calls then
+// failed (OpLateFailure). Where nodes had not replied by the decision,
+// their part comes later, and is reported in the background once every
+// node has replied (Drain waits for it).
 //
 // Which nodes have settled is read before the report: a verdict is stored
 // before its node settles, so a node settled then is in this report, and a
 // node that settles later (even before this report reads its verdict) is
 // in the background one.
-func (l *Locker) reportNodes(key string, round *quorum.Round[Outcome]) {
+func (l *Locker) reportNodes(op Op, key string, round *quorum.Round[Outcome], tally quorum.Tally[Outcome], guarded bool) {
 	pending := false
 	for i := range l.nodes {
 		select {
@@ -67,16 +70,60 @@ func (l *Locker) reportNodes(key string, round *quorum.Round[Outcome]) {
 		pending = true
 		break
 	}
-	l.reportChanges(key)
+	if guarded {
+		l.reportChanges(key)
+	}
 	if !pending {
+		l.reportLateFailures(op, key, round, tally) // every call has returned
 		return
+	}
+	if !guarded && (op == 0 || !unanswered(tally)) {
+		return // nothing left to report
 	}
 	l.inflight.add(1)
 	go func() {
 		defer l.inflight.done()
 		round.Wait()
-		l.reportChanges(key)
+		if guarded {
+			l.reportChanges(key)
+		}
+		l.reportLateFailures(op, key, round, tally)
 	}()
+}
+
+// unanswered reports whether the decision in tally left a node not waited for.
+func unanswered(tally quorum.Tally[Outcome]) bool {
+	for _, v := range tally.Votes {
+		if !v.Replied && v.Err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// reportLateFailures emits OpLateFailure for the nodes that tally's
+// decision did not wait for whose calls in round (all returned) failed.
+func (l *Locker) reportLateFailures(op Op, key string, round *quorum.Round[Outcome], tally quorum.Tally[Outcome]) {
+	if op == 0 {
+		return
+	}
+	var failed []NodeResult
+	for i, v := range tally.Votes {
+		if v.Replied || v.Err != nil {
+			continue // waited for: in the operation's own event
+		}
+		if _, err := round.Result(i); err != nil && !errors.Is(err, ErrNodeQuarantined) { // a quarantine has events of its own
+			failed = append(failed, NodeResult{Node: i, Name: l.nodes[i].name, Outcome: Failed, Err: asNoReply(err)})
+		}
+	}
+	if len(failed) == 0 {
+		return
+	}
+	names := make([]string, len(failed))
+	for i, f := range failed {
+		names[i] = fmt.Sprintf("%s: %v", f.Name, f.Err)
+	}
+	l.emit(Event{Op: OpLateFailure, Of: op, Key: key, Nodes: failed, Detail: fmt.Sprintf("%s: %d node(s) not waited for failed afterwards: %s", op, len(failed), strings.Join(names, "; "))})
 }
 
 // reportChanges emits what changed on each node since the last report.

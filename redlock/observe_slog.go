@@ -42,6 +42,9 @@ func (o logObserver) Observe(e Event) {
 	}
 	attrs := make([]slog.Attr, 0, 10)
 	attrs = append(attrs, slog.String("op", e.Op.String()))
+	if e.Of != 0 {
+		attrs = append(attrs, slog.String("of", e.Of.String()))
+	}
 	if e.Key != "" {
 		attrs = append(attrs, slog.String("key", e.Key))
 	}
@@ -84,7 +87,7 @@ func LogLevel(e Event) slog.Level {
 	switch e.Op {
 	case OpQuarantine, OpClockAlarm:
 		return slog.LevelError
-	case OpLost, OpRevoke:
+	case OpLost, OpRevoke, OpLateFailure:
 		return slog.LevelWarn
 	case OpLateGrant, OpQuarantineEnd:
 		return slog.LevelDebug

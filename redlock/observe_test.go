@@ -217,6 +217,53 @@ func TestObserverSeesUnavailableNodes(t *testing.T) {
 	proxies[2].SetBlackhole(false)
 }
 
+// A silent node that the majority decided without is not invisible: once
+// its calls fail, OpLateFailure names it, for each operation (Of), in the
+// background; Drain waits for it. With every node healthy there is none.
+func TestObserverSeesLateFailures(t *testing.T) {
+	ctx := t.Context()
+	c := newCluster(t, 3)
+	proxies, nodes := c.proxied(t)
+	rec := &recorder{}
+	l := newLocker(t, nodes, &redlock.Options{Observer: rec, NodeTimeout: 200 * time.Millisecond})
+	require.NoError(t, l.Warm(ctx))
+	lease, err := l.TryLock(ctx, "k", time.Second)
+	require.NoError(t, err)
+	require.NoError(t, lease.Unlock(ctx))
+	drain(t, l)
+	require.Empty(t, rec.of(redlock.OpLateFailure), "healthy nodes: none")
+	rec.reset()
+
+	proxies[2].SetBlackhole(true)
+	defer proxies[2].SetBlackhole(false)
+	lease, err = l.TryLock(ctx, "k", time.Second)
+	require.NoError(t, err, "two of three decide")
+	require.NoError(t, lease.Extend(ctx, time.Second))
+	require.NoError(t, lease.Unlock(ctx))
+	drain(t, l)
+	ofs := map[redlock.Op]bool{}
+	for _, e := range rec.of(redlock.OpLateFailure) {
+		ofs[e.Of] = true
+		require.Len(t, e.Nodes, 1)
+		assert.Equal(t, 2, e.Nodes[0].Node)
+		assert.Equal(t, redlock.Failed, e.Nodes[0].Outcome)
+		assert.Error(t, e.Nodes[0].Err)
+		assert.Contains(t, e.Detail, e.Of.String())
+	}
+	for _, op := range []redlock.Op{redlock.OpAcquire, redlock.OpExtend, redlock.OpUnlock} {
+		if !ofs[op] {
+			// The decision may have waited for node 2's failure (then it is in
+			// the operation's own event, not a late one).
+			for _, e := range rec.of(op) {
+				if n := e.Nodes[2]; n.Outcome == redlock.Unanswered {
+					t.Errorf("%v: node 2 not waited for, and no late failure reported", op)
+				}
+			}
+		}
+	}
+	assert.True(t, ofs[redlock.OpAcquire] || ofs[redlock.OpExtend] || ofs[redlock.OpUnlock], "some operation decided without the silent node")
+}
+
 // A grant that arrives after its attempt was decided is reported, with its
 // release, in the background; Drain waits for both.
 func TestObserverSeesALateGrant(t *testing.T) {

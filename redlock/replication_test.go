@@ -168,14 +168,14 @@ func TestWaitReplicasExtend(t *testing.T) {
 // fails it with an error that says so, never silently waiting for less.
 func TestWaitAOF(t *testing.T) {
 	c, stubs := replicated(t, 3, 1)
-	l := newLocker(t, c.nodes(nil), &redlock.Options{WaitReplicas: 1, WaitAOF: true, NodeTimeout: 100 * time.Millisecond})
+	l := newLocker(t, c.nodes(nil), &redlock.Options{WaitReplicas: 1, WaitAOF: true, NodeTimeout: time.Second})
 	lease, err := l.TryLock(t.Context(), "k", time.Minute)
 	if err != nil {
 		t.Fatalf("TryLock with fsyncs acknowledged: %v", err)
 	}
 	drain(t, l)
-	if got := strings.Join(stubs[0].sent()[0], " "); got != "WAITAOF 1 1 50" {
-		t.Errorf("sent %q; want WAITAOF 1 1 50", got)
+	if got := strings.Join(stubs[0].sent()[0], " "); got != "WAITAOF 1 1 500" {
+		t.Errorf("sent %q; want WAITAOF 1 1 500 (half the NodeTimeout, in ms)", got)
 	}
 	if err := lease.Unlock(t.Context()); err != nil {
 		t.Fatal(err)
@@ -187,7 +187,7 @@ func TestWaitAOF(t *testing.T) {
 		says        string
 	}{
 		{"local fsync missing", "", 0, redlock.ErrNotReplicated, "0 of 1 local fsync"},
-		{"Redis 7.0", "ERR unknown command 'WAITAOF', with args beginning with: '1' '1' '50' ", 1, nil, "needs Redis 7.2 or newer"},
+		{"Redis 7.0", "ERR unknown command 'WAITAOF', with args beginning with: '1' '1' '500' ", 1, nil, "needs Redis 7.2 or newer"},
 		{"appendonly no", "ERR WAITAOF cannot be used when numlocal is set but appendonly is disabled.", 1, nil, "appendonly no"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

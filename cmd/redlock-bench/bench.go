@@ -22,6 +22,9 @@ type result struct {
 	FirstError string        `json:"first_error,omitempty"`
 	Allocs     float64       `json:"allocs_per_cycle"`
 	Faults     []string      `json:"faults,omitempty"` // what -fault did, where the implementation reports it
+	// Events is the Observer's event counts by Op, for the observed
+	// implementations (redlock-events, redlock-slog, redlock-otel).
+	Events map[string]int64 `json:"events,omitempty"`
 	// LongestGap is the longest time in the run with no lock granted to
 	// any client (from the start to the first grant, between grants, from
 	// the last grant to the end): what a fault costs in availability.

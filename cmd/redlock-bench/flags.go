@@ -45,8 +45,10 @@ type config struct {
 	waitAOF      bool            // -wait-aof: Options.WaitAOF
 	replicate    bool            // set for redlock-wait: apply waitReps and waitAOF
 	noQuarantine bool            // set for redlock-unguarded: Options.NoQuarantine
+	observer     string          // set for the observed variants (observe.go): which Observer
 	etcdMembers  int             // -etcd: members of the cluster -impl etcd starts
 	etcdTimeout  time.Duration   // -etcd-timeout: the bound on each etcd attempt
+	tour         bool            // -tour (and no arguments at all): the default suite of scenarios (tour.go)
 }
 
 // fault is one scheduled fault: freeze node k at `at` for `for` (0: to the
@@ -98,7 +100,7 @@ func (f fault) String() string {
 // transport, for comparing the two.
 var (
 	allImpls   = []string{"redlock", "raw", "redsync", "redsync-failfast"}
-	knownImpls = append([]string{"redlock-direct", "redlock-wait", "redlock-unguarded", "etcd"}, allImpls...)
+	knownImpls = append([]string{"redlock-direct", "redlock-wait", "redlock-unguarded", "redlock-events", "redlock-slog", "redlock-otel", "etcd"}, allImpls...)
 )
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -132,18 +134,30 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.nodeTimeout, "node-timeout", 0, "redlock's per-node timeout (0: the library default, 50ms)")
 	fs.StringVar(&latency, "node-latency", "", "comma-separated one-way `delays`, one per node, through a delay proxy (e.g. 1ms,2ms,3ms,4ms,50ms)")
 	fs.StringVar(&faults, "fault", "", "faults to inject: `freeze:K@T[+D]` or stop:K@T, comma-separated (node K, at T, for D; with -impl etcd alone K may be leader or follower)")
-	fs.StringVar(&impl, "impl", "all", "implementations: redlock, redlock-direct, redlock-wait, redlock-unguarded, raw, redsync, redsync-failfast, etcd, or all (comma-separated; all is the first four)")
+	fs.StringVar(&impl, "impl", "all", "implementations: redlock, redlock-direct, redlock-wait, redlock-unguarded, redlock-events, redlock-slog, redlock-otel, raw, redsync, redsync-failfast, etcd, or all (comma-separated; all is the first four)")
 	fs.IntVar(&c.etcdMembers, "etcd", 3, "-impl etcd: start an etcd cluster of `N` members (child processes on loopback)")
 	fs.DurationVar(&c.etcdTimeout, "etcd-timeout", time.Second, "-impl etcd: the deadline of each attempt, release and session grant")
 	fs.BoolVar(&c.jsonOut, "json", false, "print results as JSON")
 	fs.StringVar(&c.plot, "plot", "", "write a latency CDF per implementation to this SVG `file`")
 	fs.BoolVar(&c.quiet, "q", false, "no progress line")
+	fs.BoolVar(&c.tour, "tour", false, "run the default suite (what no flags at all run): zones, a frozen node, load and contention, each side by side with the floor and redsync, with what it shows")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the runs to this `file` (go tool pprof)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.tour {
+		var others []string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name != "tour" && f.Name != "q" {
+				others = append(others, "-"+f.Name)
+			}
+		})
+		if len(others) > 0 {
+			return config{}, fmt.Errorf("%w (got %s): its scenarios set their own", errTourFlags, strings.Join(others, " "))
+		}
 	}
 	var err error
 	if nodes != "" {

@@ -43,6 +43,9 @@ type impl struct {
 	// health is the Locker's Health, for this library's implementations
 	// (nil for the others).
 	health func() []redlock.NodeHealth
+	// events is the event counts so far, by Op, for the observed
+	// implementations (nil for the others).
+	events func() map[string]int64
 	// inject carries out -fault on this implementation's own servers (nil:
 	// on the Redis nodes' proxies), reporting what it did.
 	inject func(ctx context.Context, faults []fault, report func(string))
@@ -50,8 +53,10 @@ type impl struct {
 
 func newImpl(ctx context.Context, name string, d *deployment, cfg config) (*impl, error) {
 	switch name {
-	case "redlock", "redlock-direct", "redlock-wait", "redlock-unguarded":
+	case "redlock", "redlock-direct", "redlock-wait", "redlock-unguarded", "redlock-events", "redlock-slog", "redlock-otel":
 		switch name {
+		case "redlock-events", "redlock-slog", "redlock-otel": // this library with an Observer (observe.go)
+			cfg.observer = name
 		case "redlock-unguarded": // this library with the node guard's refusals off (Options.NoQuarantine)
 			cfg.noQuarantine = true
 		case "redlock-direct": // this library over its other transport, for comparison
@@ -109,6 +114,14 @@ func newRedlock(ctx context.Context, d *deployment, cfg config) (*impl, error) {
 	if cfg.replicate {
 		o.WaitReplicas, o.WaitAOF = cfg.waitReps, cfg.waitAOF
 	}
+	var counter *eventCounter
+	if cfg.observer != "" {
+		var err error
+		if counter, err = observerFor(cfg.observer); err != nil {
+			return nil, err
+		}
+		o.Observer = counter
+	}
 	l, err := redlock.New(nodes, o)
 	if err != nil {
 		return nil, err
@@ -137,6 +150,10 @@ func newRedlock(ctx context.Context, d *deployment, cfg config) (*impl, error) {
 	im.about = fmt.Sprintf("this library, mode %s, fencing %v, %s", cfg.mode, cfg.fencing, transport)
 	if cfg.noQuarantine {
 		im.about += ", node guard off (NoQuarantine)"
+	}
+	if counter != nil {
+		im.about += ", " + observedImpls[cfg.observer]
+		im.events = counter.snapshot
 	}
 	switch {
 	case !cfg.replicate:

@@ -2,13 +2,23 @@
 // release) costs on a set of Redis nodes, and how it behaves when a node is
 // slow or gone, side by side with what teams would otherwise use.
 //
-// With no flags it starts five in-process Redis nodes (miniredis, real Lua),
-// runs a short workload through this library, the single-node floor and
-// redsync against them, and ends with a side-by-side table and a line on what
-// in-process figures can show (the clients' CPU and allocations, not
-// latency), so it works on a machine with nothing installed:
+// With no flags at all (or -tour) it runs the tour, about a minute on five
+// in-process Redis nodes (miniredis, real Lua), so that it works on a machine
+// with nothing installed: four scenarios where lock implementations differ,
+// each run through this library, the single-node floor and redsync side by
+// side, each printed with the flags that repeat it and one line, computed
+// from its figures, on what it shows:
+//
+//	zones         nodes 1, 2, 3, 4 and 50 ms away: a majority decides
+//	frozen node   node 4 answers nothing: what a silent node costs each cycle
+//	load          16 clients on 16 keys: CPU and allocations per cycle
+//	contention    4 clients on one key, trylock: granted cycles per second
 //
 //	go run ./cmd/redlock-bench
+//
+// Any flag runs one workload instead, as below (with no -impl: this
+// library, the floor, redsync and redsync-failfast), ending with a
+// side-by-side table.
 //
 // Nodes (one of):
 //
@@ -67,6 +77,12 @@
 //	                   replicas with -spawn N -replicas 1 (not in all)
 //	redlock-unguarded  this library with Options.NoQuarantine: the node
 //	                   guard off, no companions sent (not in all)
+//	redlock-events, redlock-slog, redlock-otel
+//	                   this library with an Observer: one that counts the
+//	                   events; the slog adapter (JSON, debug, discarded);
+//	                   the OpenTelemetry adapter on the SDK (spans sampled
+//	                   and dropped); each prints the run's event counts
+//	                   (not in all)
 //	raw                SET NX PX + compare-and-delete on one node: the floor
 //	                   (the third-fastest node under -node-latency)
 //	redsync            github.com/go-redsync/redsync/v4, defaults
@@ -130,21 +146,78 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	d := &deployment{describe: fmt.Sprintf("no Redis nodes; %d etcd member(s) started as child processes on loopback", cfg.etcdMembers)}
-	if slices.ContainsFunc(cfg.impls, func(s string) bool { return s != "etcd" }) {
-		if d, err = newDeployment(ctx, cfg); err != nil {
-			return err
-		}
-	}
-	defer d.close()
-
-	var progress io.Writer
-	if !cfg.quiet && !cfg.jsonOut && isTerminal(stderr) {
-		progress = stderr
+	if cfg.tour || len(args) == 0 {
+		return runTour(ctx, cfg, stdout, stderr)
 	}
 	out := stdout
 	if cfg.jsonOut {
 		out = io.Discard
+	}
+	m, err := measure(ctx, cfg, out, stderr)
+	if err != nil {
+		return err
+	}
+	defer m.close()
+	for _, r := range m.results {
+		printTable(out, r)
+	}
+	printComparison(out, m.results)
+	for _, im := range m.impls {
+		printHealth(out, "after the run", im)
+	}
+	if len(cfg.nodes) == 0 && cfg.spawn == 0 && slices.ContainsFunc(cfg.impls, func(s string) bool { return s != "etcd" }) {
+		fmt.Fprintln(out, "\nnote: embedded nodes share this process's CPU: compare client-side cost (CPU, allocs/cycle) here, not latency;"+
+			" -spawn N [-server PATH] or -nodes give real servers, -node-latency a network")
+	}
+
+	if cfg.plot != "" {
+		f, err := os.Create(cfg.plot)
+		if err != nil {
+			return err
+		}
+		if err := writePlot(f, m.describe+"\n"+m.workload, m.results); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "\nlatency CDF written to %s\n", cfg.plot)
+	}
+	if cfg.jsonOut {
+		return writeJSON(stdout, m.describe, cfg, m.results)
+	}
+	return nil
+}
+
+// measurement is one run of cfg's implementations on one deployment.
+type measurement struct {
+	describe, workload string
+	impls              []*impl
+	results            []*result // by impl
+	close              func()    // stops the deployment
+}
+
+// measure starts cfg's deployment and runs each implementation on it (in
+// turn, in cfg.rounds interleaved shares); the caller stops the deployment
+// (measurement.close) once done with the Lockers' health. It prints the
+// deployment, the workload and each Locker's health before the run to out.
+func measure(ctx context.Context, cfg config, out, stderr io.Writer) (_ *measurement, err error) {
+	d := &deployment{describe: fmt.Sprintf("no Redis nodes; %d etcd member(s) started as child processes on loopback", cfg.etcdMembers)}
+	if slices.ContainsFunc(cfg.impls, func(s string) bool { return s != "etcd" }) {
+		if d, err = newDeployment(ctx, cfg); err != nil {
+			return nil, err
+		}
+	}
+	defer func() {
+		if err != nil {
+			d.close()
+		}
+	}()
+
+	var progress io.Writer
+	if !cfg.quiet && !cfg.jsonOut && isTerminal(stderr) {
+		progress = stderr
 	}
 	workload := fmt.Sprintf("%d clients, %d keys, ttl %v, hold %v, mode %s", cfg.clients, cfg.keys, cfg.ttl, cfg.hold, cfg.mode)
 	if cfg.ops > 0 {
@@ -160,30 +233,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.cpuprofile != "" {
 		f, err := os.Create(cfg.cpuprofile)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		defer f.Close()
 		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
+			return nil, err
 		}
 		defer pprof.StopCPUProfile()
 	}
-	impls := make([]*impl, len(cfg.impls))
+	m := &measurement{describe: d.describe, workload: workload, impls: make([]*impl, len(cfg.impls)), close: d.close}
 	for i, name := range cfg.impls {
-		if impls[i], err = newImpl(ctx, name, d, cfg); err != nil {
-			return err
+		if m.impls[i], err = newImpl(ctx, name, d, cfg); err != nil {
+			return nil, err
 		}
-		if impls[i].warning != "" {
-			fmt.Fprintf(stderr, "redlock-bench: %s: %s\n", name, impls[i].warning)
+		if m.impls[i].warning != "" {
+			fmt.Fprintf(stderr, "redlock-bench: %s: %s\n", name, m.impls[i].warning)
 		}
-		printHealth(out, "before the run", impls[i])
+		printHealth(out, "before the run", m.impls[i])
 	}
 	share := cfg // one round's share of the run
 	share.duration /= time.Duration(cfg.rounds)
 	share.ops /= cfg.rounds
-	results := make([]*result, len(impls))
+	m.results = make([]*result, len(m.impls))
 	for round := range cfg.rounds {
-		for i, im := range impls {
+		for i, im := range m.impls {
 			if round == cfg.rounds-1 && cfg.ops > 0 {
 				share.ops = cfg.ops - (cfg.rounds-1)*(cfg.ops/cfg.rounds)
 			}
@@ -205,46 +278,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			faultsMu.Lock()
 			r.Faults = faults
 			faultsMu.Unlock()
-			if results[i] == nil {
-				results[i] = r
+			if m.results[i] == nil {
+				m.results[i] = r
 			} else {
-				results[i].merge(r)
+				m.results[i].merge(r)
 			}
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return nil, ctx.Err()
 			}
 		}
 	}
-	for _, r := range results {
-		printTable(out, r)
-	}
-	printComparison(out, results)
-	for _, im := range impls {
-		printHealth(out, "after the run", im)
-	}
-	if len(cfg.nodes) == 0 && cfg.spawn == 0 && slices.ContainsFunc(cfg.impls, func(s string) bool { return s != "etcd" }) {
-		fmt.Fprintln(out, "\nnote: embedded nodes share this process's CPU: compare client-side cost (CPU, allocs/cycle) here, not latency;"+
-			" -spawn N [-server PATH] or -nodes give real servers, -node-latency a network")
-	}
-
-	if cfg.plot != "" {
-		f, err := os.Create(cfg.plot)
-		if err != nil {
-			return err
+	for i, im := range m.impls {
+		if im.events != nil {
+			m.results[i].Events = im.events()
 		}
-		if err := writePlot(f, d.describe+"\n"+workload, results); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Close(); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "\nlatency CDF written to %s\n", cfg.plot)
 	}
-	if cfg.jsonOut {
-		return writeJSON(stdout, d.describe, cfg, results)
-	}
-	return nil
+	return m, nil
 }
 
 func isTerminal(w io.Writer) bool {

@@ -22,6 +22,9 @@ func printTable(w io.Writer, r *result) {
 	for _, f := range r.Faults {
 		fmt.Fprintf(w, "  %s\n", f)
 	}
+	if r.Events != nil {
+		fmt.Fprintf(w, "  events: %s\n", formatEvents(r.Events))
+	}
 	fmt.Fprintf(w, "  longest time without a grant: %v\n", r.LongestGap.Round(time.Millisecond))
 	fmt.Fprintf(w, "  %-8s", "latency")
 	for _, q := range quantiles {

@@ -66,7 +66,9 @@ func (d *Direct[R]) call(ctx context.Context, c Command, s Send, to Receiver, no
 		}
 		if s.Skip != nil {
 			if err := s.Skip(node); err != nil {
-				return failed(ctx, err)
+				r := failed(ctx, err)
+				r.Uncounted = true // not sent: says nothing of the node
+				return r
 			}
 		}
 		if !d.admit() {

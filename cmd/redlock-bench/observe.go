@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	redlockotel "github.com/redlock/redlock/otel"
+	"github.com/redlock/redlock/redlock"
+)
+
+// The observed variants of this library: the same Locker with an Observer,
+// run beside plain redlock (no Observer) to measure what observation costs.
+// Each counts the events it was told (printed with its table), and passes
+// them on:
+//
+//	redlock-events  counting only: the cost of an Observer being there
+//	                (each node's reply timed, the events built)
+//	redlock-slog    NewLogObserver on a JSON handler at debug level: every
+//	                event formatted into a line, written to io.Discard
+//	redlock-otel    the OpenTelemetry adapter on the SDK: a manual metric
+//	                reader, and a tracer provider that samples and ends
+//	                every span, handing them to a processor that drops them
+//	                (what an exporter would be given; no export cost)
+var observedImpls = map[string]string{
+	"redlock-events": "an Observer that counts the events",
+	"redlock-slog":   "Observer NewLogObserver (JSON, debug level, to io.Discard)",
+	"redlock-otel":   "Observer redlockotel (SDK meter with a manual reader; every span sampled, then dropped)",
+}
+
+// eventCounter counts events by Op, and passes each to next (if any).
+type eventCounter struct {
+	counts [32]atomic.Int64 // by Op; Ops() are far fewer
+	next   redlock.Observer
+}
+
+func (c *eventCounter) Observe(e redlock.Event) {
+	if int(e.Op) < len(c.counts) {
+		c.counts[e.Op].Add(1)
+	}
+	if c.next != nil {
+		c.next.Observe(e)
+	}
+}
+
+// snapshot returns the counts so far, by Op.
+func (c *eventCounter) snapshot() map[string]int64 {
+	out := map[string]int64{}
+	for _, op := range redlock.Ops() {
+		if int(op) < len(c.counts) {
+			if n := c.counts[op].Load(); n > 0 {
+				out[op.String()] = n
+			}
+		}
+	}
+	return out
+}
+
+// observerFor returns the Observer of an observed implementation, wrapped in
+// the counter. Its providers need no shutdown: a manual reader and a
+// processor that drops run no goroutine.
+func observerFor(name string) (*eventCounter, error) {
+	c := &eventCounter{}
+	switch name {
+	case "redlock-events":
+		return c, nil
+	case "redlock-slog":
+		c.next = redlock.NewLogObserver(slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug})))
+		return c, nil
+	case "redlock-otel":
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(dropSpans{}))
+		o, err := redlockotel.New(redlockotel.WithMeterProvider(mp), redlockotel.WithTracerProvider(tp))
+		if err != nil {
+			return nil, err
+		}
+		c.next = o
+		return c, nil
+	}
+	return nil, fmt.Errorf("unknown observed implementation %q", name)
+}
+
+// dropSpans receives every ended span, as an exporter's processor would,
+// and keeps none.
+type dropSpans struct{}
+
+func (dropSpans) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (dropSpans) OnEnd(sdktrace.ReadOnlySpan)                     {}
+func (dropSpans) Shutdown(context.Context) error                  { return nil }
+func (dropSpans) ForceFlush(context.Context) error                { return nil }
+
+// formatEvents is the event counts of a run, in Ops() order.
+func formatEvents(counts map[string]int64) string {
+	var parts []string
+	for _, op := range redlock.Ops() {
+		if n, ok := counts[op.String()]; ok {
+			parts = append(parts, fmt.Sprintf("%s %d", op, n))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// shortTour makes the tour's scenarios short, for the test, and restores
+// them after.
+func shortTour(t *testing.T) {
+	t.Helper()
+	saved := tourScenarios
+	t.Cleanup(func() { tourScenarios = saved })
+	short := make([]scenario, len(saved))
+	for i, sc := range saved {
+		sc.args = slices.Clone(sc.args)
+		for j := 0; j+1 < len(sc.args); j++ {
+			switch sc.args[j] {
+			case "-duration":
+				sc.args[j+1] = "400ms"
+			case "-rounds":
+				sc.args[j+1] = "2"
+			}
+		}
+		short[i] = sc
+	}
+	tourScenarios = short
+}
+
+// No flags at all run the tour: each scenario's table with the floor and
+// redsync, the flags that repeat it, and its conclusion; then the
+// conclusions together.
+func TestNoFlagsRunTheTour(t *testing.T) {
+	shortTour(t)
+	for _, args := range [][]string{nil, {"-tour", "-q"}} {
+		out, err := runCLI(t, args...)
+		if err != nil {
+			t.Fatalf("%q: %v\n%s", args, err, out)
+		}
+		if got := strings.Count(out, "\n-> "); got != len(tourScenarios) {
+			t.Errorf("%q: %d conclusions for %d scenarios:\n%s", args, got, len(tourScenarios), out)
+		}
+		for _, want := range []string{"== 1/4 zones", "== 2/4 a frozen node", "== 3/4 load: 16 clients", "== 4/4 contention", "in short:", "redlock-bench -node-latency 1ms,2ms,3ms,4ms,50ms"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%q: no %q:\n%s", args, want, out)
+			}
+		}
+		for _, impl := range []string{"redlock", "raw", "redsync"} {
+			if !regexp.MustCompile(`(?m)^ *` + impl + ` +\d+ `).MatchString(out) {
+				t.Errorf("%q: no %s row:\n%s", args, impl, out)
+			}
+		}
+		if strings.Contains(out, "NaN") || strings.Contains(out, "+Inf") {
+			t.Errorf("%q: a conclusion divided by nothing:\n%s", args, out)
+		}
+	}
+}
+
+func TestTourTakesNoWorkloadFlags(t *testing.T) {
+	out, err := runCLI(t, "-tour", "-clients", "3")
+	if err == nil || !strings.Contains(err.Error(), "-tour takes no other flag") || !strings.Contains(err.Error(), "-clients") {
+		t.Fatalf("want a clear error naming -clients, got %v\n%s", err, out)
+	}
+}
+
+// The observed variants print the events of their run; plain redlock has
+// no Observer and prints none.
+func TestObservedImplsPrintEventCounts(t *testing.T) {
+	out, err := runCLI(t, "-q", "-duration", "300ms", "-clients", "2", "-keys", "1", "-impl", "redlock,redlock-events,redlock-slog,redlock-otel")
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out)
+	}
+	events := regexp.MustCompile(`(?m)^  events: acquire (\d+), unlock (\d+)`).FindAllStringSubmatch(out, -1)
+	if len(events) != 3 {
+		t.Fatalf("want event counts for the three observed variants:\n%s", out)
+	}
+	acquired := regexp.MustCompile(`(?m)^(redlock[a-z-]*): .*\n  \d+ cycles/s; (\d+) acquired, (\d+) contended, (\d+) errors`).FindAllStringSubmatch(out, -1)
+	if len(acquired) != 4 {
+		t.Fatalf("want four tables:\n%s", out)
+	}
+	for i, e := range events {
+		a := acquired[i+1] // the observed ones, in order after redlock
+		got, _ := strconv.Atoi(a[2])
+		busy, _ := strconv.Atoi(a[3])
+		errs, _ := strconv.Atoi(a[4])
+		acq, _ := strconv.Atoi(e[1])
+		unl, _ := strconv.Atoi(e[2])
+		if acq != got+busy+errs || unl != got {
+			t.Errorf("%s: %d acquire and %d unlock events for %d acquired, %d contended and %d failed cycles", a[1], acq, unl, got, busy, errs)
+		}
+	}
+	if strings.Contains(strings.Split(out, "\nredlock-events:")[0], "events:") {
+		t.Errorf("plain redlock prints events:\n%s", out)
+	}
+}
