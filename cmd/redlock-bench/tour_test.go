@@ -88,7 +88,9 @@ func TestObservedImplsPrintEventCounts(t *testing.T) {
 		errs, _ := strconv.Atoi(a[4])
 		acq, _ := strconv.Atoi(e[1])
 		unl, _ := strconv.Atoi(e[2])
-		if acq != got+busy+errs || unl != got {
+		// A failed cycle may be an acquisition that failed, or one that
+		// succeeded and whose Unlock failed (then it has an unlock event).
+		if acq != got+busy+errs || unl < got || unl > got+errs {
 			t.Errorf("%s: %d acquire and %d unlock events for %d acquired, %d contended and %d failed cycles", a[1], acq, unl, got, busy, errs)
 		}
 	}
