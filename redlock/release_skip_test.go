@@ -10,9 +10,10 @@ import (
 	"github.com/redlock/redlock/redlock"
 )
 
-// The release skip (refusedIn) under reruns: a failed attempt (contended on 3 of 5 nodes, every node's script
-// cache flushed, so fenced phase 1 meets NOSCRIPT and runs again as EVAL)
-// leaves none of its values behind, on either transport.
+// The release skip (refusedIn) under reruns: a failed attempt (contended
+// on 3 of 5 nodes, every node's script cache flushed, so fenced phase 1
+// meets NOSCRIPT and runs again as EVAL) leaves none of its values behind,
+// on either transport.
 func TestFailedAttemptsLeaveNothingAfterScriptFlush(t *testing.T) {
 	for _, fenced := range []bool{false, true} {
 		for _, direct := range []bool{false, true} {
@@ -39,7 +40,8 @@ func TestFailedAttemptsLeaveNothingAfterScriptFlush(t *testing.T) {
 	}
 }
 
-// Probe: contention within the process and between Lockers; once every
+// The release skip under contention within the process and between
+// Lockers: once every
 // winner has unlocked and everything is drained, no node holds the key.
 func TestContendedAttemptsLeaveNothingBehind(t *testing.T) {
 	for _, fenced := range []bool{false, true} {
