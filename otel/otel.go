@@ -235,7 +235,7 @@ func (o *Observer) serverOf(nodes []redlock.NodeResult) []attribute.KeyValue {
 }
 
 // server is server.address and server.port of a node named as the library
-// names nodes, "node 2 (10.0.0.7:6379)"; none where no address is known.
+// names nodes, "node 2 (127.0.0.1:6379)"; none where no address is known.
 func (o *Observer) server(name string) []attribute.KeyValue {
 	if v, ok := o.servers.Load(name); ok {
 		return v.([]attribute.KeyValue)
