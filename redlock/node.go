@@ -37,7 +37,7 @@ var (
 
 	//go:embed scripts/extend.lua
 	extendLua    string
-	extendScript = wire.NewScript("extend", "GET, PEXPIRE, SET", extendLua)
+	extendScript = singleKey(wire.NewScript("extend", "GET, PEXPIRE, SET", extendLua), extendWithoutTombstone)
 
 	//go:embed scripts/revoke.lua
 	revokeLua    string
@@ -49,7 +49,7 @@ var (
 
 	//go:embed scripts/check.lua
 	checkLua    string
-	checkScript = wire.NewScript("check", "GET", checkLua)
+	checkScript = singleKey(wire.NewScript("check", "GET", checkLua), checkWithoutTombstone)
 
 	//go:embed scripts/acquire_fenced.lua
 	acquireFencedLua    string

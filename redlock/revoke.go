@@ -190,3 +190,31 @@ func (l *Lease) scriptKeys() []string {
 	}
 	return l.keys
 }
+
+// singleKey gives s its single-key form (wire.Script.SingleKey).
+func singleKey(s *wire.Script, form func(wire.Command) wire.Command) *wire.Script {
+	s.SingleKey = form
+	return s
+}
+
+// checkWithoutTombstone is the check script's single-key form, sent where
+// a Redis Cluster refused the pair of the lease's key and its tombstone
+// with TRYAGAIN (the slot migrates, and the node holds the key alone, or
+// neither): the lease's key alone. A missing key then reads as missing,
+// not as revoked.
+func checkWithoutTombstone(c wire.Command) wire.Command {
+	c.Keys = c.Keys[:1]
+	return c
+}
+
+// extendWithoutTombstone is the extend script's single-key form (see
+// checkWithoutTombstone), which never heals: a missing key may have been
+// revoked, and only the tombstone would say so. The extension heals again
+// once the slot has settled.
+func extendWithoutTombstone(c wire.Command) wire.Command {
+	c.Keys = c.Keys[:1]
+	argv := slices.Clone(c.Argv) // value, milliseconds, heal
+	argv[2] = "0"
+	c.Argv = argv
+	return c
+}

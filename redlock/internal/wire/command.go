@@ -25,6 +25,17 @@ type Script struct {
 	Src   string
 	Name  string // as errors name it: "the release script"
 	Calls string // the commands it calls, which the node's ACL must allow
+	// SingleKey, if set, returns a command of the script in the form that
+	// names only its first key, and decides nothing the other keys would
+	// have to be read for. Why: a Redis Cluster refuses a command naming
+	// several keys with TRYAGAIN while their slot migrates and the node
+	// holds only some of them, and a lease's key nearly always stands
+	// without its revocation tombstone (see redlock's Revoke), so that a
+	// held lease could not be checked or extended for the whole of a
+	// migration. The direct transport (every cluster node's) sends this
+	// form in the same call when it meets that TRYAGAIN (see
+	// Direct.narrowed).
+	SingleKey func(Command) Command
 }
 
 // NewScript wraps src once (its SHA-1 is computed here, not per call).

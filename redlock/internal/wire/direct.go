@@ -120,10 +120,29 @@ func ownDeadline(d time.Duration, err error) error {
 // send sends c on the node's client. A script goes as EVALSHA, then EVAL
 // on NOSCRIPT.
 func (d *Direct[R]) send(ctx context.Context, c Command) *redis.Cmd {
-	if c.Script != nil {
-		return c.Script.Run(ctx, d.node, c.Keys, c.Argv...)
+	if c.Script == nil {
+		return d.node.Do(ctx, c.Args...)
 	}
-	return d.node.Do(ctx, c.Args...)
+	cmd := c.Script.Run(ctx, d.node, c.Keys, c.Argv...)
+	if one, ok := narrowed(c, cmd.Err()); ok {
+		return one.Script.Run(ctx, d.node, one.Keys, one.Argv...)
+	}
+	return cmd
+}
+
+// narrowed returns c's single-key form (Script.SingleKey) when err is the
+// TRYAGAIN a Redis Cluster gives a command naming several keys of a
+// migrating slot that the node holds only some of; ok is false otherwise.
+// The single-key form is sent once, in the same call: it names one key, so
+// that the cluster serves it (or redirects it with ASK) whatever the
+// migration's state.
+func narrowed(c Command, err error) (Command, bool) {
+	if c.Script == nil || c.Script.SingleKey == nil || len(c.Keys) < 2 || err == nil || !redis.HasErrorPrefix(err, "TRYAGAIN") {
+		return Command{}, false
+	}
+	one := c.Script.SingleKey(c)
+	one.Args = nil // its own wire form, not c's
+	return one, len(one.Keys) == 1
 }
 
 // sendPaired is the send of a command that needs company on its own
@@ -185,6 +204,16 @@ func (d *Direct[R]) sendPaired(ctx context.Context, c Command, w *Wait, guarded 
 			continue
 		}
 		if route.follow(ctx, cmd.Err()) {
+			if w != nil {
+				waitArgs = w.within(ctx)
+			}
+			continue
+		}
+		if one, ok := narrowed(c, cmd.Err()); ok {
+			c, args = one, one.Wire()
+			if suspect { // the node lost its scripts: go as EVAL at once
+				args = append([]any{"eval", c.Script.Src}, args[2:]...)
+			}
 			if w != nil {
 				waitArgs = w.within(ctx)
 			}
