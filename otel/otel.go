@@ -38,6 +38,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -82,8 +83,23 @@ type Observer struct {
 	quarantines metric.Int64Counter
 	clockAlarms metric.Int64Counter
 
-	servers sync.Map // node name -> []attribute.KeyValue (server.address, server.port)
-	dos     sync.Map // key -> *doSpan: the Do running on the key, whose span parents its operations
+	// The attribute sets of the common cases, made once rather than per
+	// event (a set is sorted and allocated when made): by operation and
+	// outcome, and per node (nodeSets).
+	durationSets [][]attribute.Set // [op][outcome]
+	nodesMu      sync.RWMutex
+	nodeSets     map[string]*nodeSets // by node name
+
+	dos   sync.Map     // key -> *doSpan: the Do running on the key, whose span parents its operations
+	doing atomic.Int64 // Do calls running: no lookup in dos while there are none
+}
+
+// nodeSets are one node's attribute sets: server.address and server.port,
+// and per operation the round trip's set when the node answered.
+type nodeSets struct {
+	server  []attribute.KeyValue
+	answers []attribute.Set // [op]: db.client.operation.duration of a reply
+	failed  []attribute.Set // [op]: redlock.node.unavailable
 }
 
 var _ redlock.Observer = (*Observer)(nil)
@@ -120,41 +136,56 @@ func New(opts ...Option) (*Observer, error) {
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, err
 	}
+	ops := redlock.Ops()
+	o.durationSets = make([][]attribute.Set, int(ops[len(ops)-1])+1)
+	for _, op := range ops {
+		o.durationSets[op] = make([]attribute.Set, len(outcomes))
+		for i, outcome := range outcomes {
+			o.durationSets[op][i] = attribute.NewSet(attribute.String("redlock.operation", op.String()), attribute.String("redlock.outcome", outcome))
+		}
+	}
+	o.nodeSets = map[string]*nodeSets{}
 	return o, nil
 }
+
+// outcomes are the values of redlock.outcome (see Outcome), by index.
+var outcomes = []string{"ok", "lost", "contention", "not_held", "canceled", "unavailable", "error"}
 
 // Outcome names how an event ended, as the redlock.outcome attribute says
 // it: ok, contention, unavailable (nodes failed or did not reply), not_held
 // (the lease was gone), lost, canceled (the caller's context), or error.
-func Outcome(e redlock.Event) string {
+func Outcome(e redlock.Event) string { return outcomes[outcomeOf(e)] }
+
+// outcomeOf is Outcome's index in outcomes.
+func outcomeOf(e redlock.Event) int {
 	switch err := e.Err; {
 	case err == nil:
-		return "ok"
+		return 0
 	case errors.Is(err, redlock.ErrLost):
-		return "lost"
+		return 1
 	case errors.Is(err, redlock.ErrNotObtained):
-		return "contention"
+		return 2
 	case errors.Is(err, redlock.ErrNotHeld):
-		return "not_held"
+		return 3
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return "canceled"
+		return 4
 	}
 	var q *redlock.QuorumError
 	if errors.As(e.Err, &q) {
-		return "unavailable"
+		return 5
 	}
-	return "error"
+	return 6
 }
 
 // Observe records e.
 func (o *Observer) Observe(e redlock.Event) {
 	ctx := context.Background()
-	op := e.Op.String()
-	outcome := Outcome(e)
+	outcome := outcomeOf(e)
 	switch e.Op {
 	case redlock.OpAcquire, redlock.OpExtend, redlock.OpUnlock, redlock.OpCheck, redlock.OpRevoke, redlock.OpRelease:
-		o.duration.Record(ctx, e.Duration.Seconds(), metric.WithAttributes(
-			attribute.String("redlock.operation", op), attribute.String("redlock.outcome", outcome)))
+		if int(e.Op) < len(o.durationSets) {
+			o.duration.Record(ctx, e.Duration.Seconds(), metric.WithAttributeSet(o.durationSets[e.Op][outcome]))
+		}
 		o.nodes(ctx, e)
 	case redlock.OpLost:
 		o.lost.Add(ctx, 1)
@@ -164,40 +195,83 @@ func (o *Observer) Observe(e redlock.Event) {
 		o.clockAlarms.Add(ctx, 1, metric.WithAttributes(o.serverOf(e.Nodes)...))
 	case redlock.OpLateFailure: // nodes the decision did not wait for, failed since
 		for _, n := range e.Nodes {
-			o.unavailable.Add(ctx, 1, metric.WithAttributes(append([]attribute.KeyValue{attribute.String("redlock.operation", e.Of.String())}, o.server(n.Name)...)...))
+			o.unavailable.Add(ctx, 1, metric.WithAttributeSet(o.node(n.Name).failed[e.Of]))
 		}
 	}
-	if e.Op == redlock.OpAcquire && outcome == "contention" {
+	if e.Op == redlock.OpAcquire && outcome == 2 {
 		o.contention.Add(ctx, 1)
 	}
-	o.span(e, op, outcome)
+	o.span(e, outcome)
 }
 
 // nodes records each node's round trip and its unavailability.
 func (o *Observer) nodes(ctx context.Context, e redlock.Event) {
-	name := dbOperation(e.Op, e.Token)
 	for _, n := range e.Nodes {
 		failed := n.Outcome == redlock.Failed && n.Err != nil
-		if failed {
-			o.unavailable.Add(ctx, 1, metric.WithAttributes(append([]attribute.KeyValue{attribute.String("redlock.operation", e.Op.String())}, o.server(n.Name)...)...))
-		}
-		if n.Latency <= 0 && !failed {
+		if !failed && n.Latency <= 0 {
 			continue // not answered before the decision, nor failed: nothing was measured
+		}
+		sets := o.node(n.Name)
+		if !failed {
+			o.dbDuration.Record(ctx, n.Latency.Seconds(), metric.WithAttributeSet(sets.answers[dbOp(e)]))
+			continue
+		}
+		o.unavailable.Add(ctx, 1, metric.WithAttributeSet(sets.failed[e.Op]))
+		latency := n.Latency
+		if latency <= 0 {
+			latency = e.Duration // no reply: it took the whole round
 		}
 		attrs := append([]attribute.KeyValue{
 			attribute.String("db.system.name", "redis"),
-			attribute.String("db.operation.name", name),
+			attribute.String("db.operation.name", dbOperation(e.Op, e.Token)),
 			attribute.String("redlock.operation", e.Op.String()),
-		}, o.server(n.Name)...)
-		latency := n.Latency
-		if failed {
-			attrs = append(attrs, attribute.String("error.type", errorType(n.Err)))
-			if latency <= 0 {
-				latency = e.Duration // no reply: it took the whole round
-			}
-		}
+			attribute.String("error.type", errorType(n.Err)),
+		}, sets.server...)
 		o.dbDuration.Record(ctx, latency.Seconds(), metric.WithAttributes(attrs...))
 	}
+}
+
+// dbOp indexes nodeSets.answers: the event's operation, or for a fenced
+// acquisition (a script, not a SET) the slot past the last operation.
+func dbOp(e redlock.Event) int {
+	if e.Op == redlock.OpAcquire && e.Token != 0 {
+		return 0
+	}
+	return int(e.Op)
+}
+
+// node returns the attribute sets of the node named name, made on its first
+// event.
+func (o *Observer) node(name string) *nodeSets {
+	o.nodesMu.RLock()
+	n, ok := o.nodeSets[name]
+	o.nodesMu.RUnlock()
+	if ok {
+		return n
+	}
+	n = &nodeSets{server: serverAttrs(name), answers: make([]attribute.Set, len(o.durationSets)), failed: make([]attribute.Set, len(o.durationSets))}
+	for op := range o.durationSets {
+		operation, dbName := redlock.Op(op), "EVALSHA"
+		switch {
+		case op == 0: // a fenced acquisition: dbOp
+			operation = redlock.OpAcquire
+		case operation == redlock.OpAcquire:
+			dbName = "SET"
+		}
+		n.answers[op] = attribute.NewSet(append([]attribute.KeyValue{
+			attribute.String("db.system.name", "redis"),
+			attribute.String("db.operation.name", dbName),
+			attribute.String("redlock.operation", operation.String()),
+		}, n.server...)...)
+		n.failed[op] = attribute.NewSet(append([]attribute.KeyValue{attribute.String("redlock.operation", operation.String())}, n.server...)...)
+	}
+	o.nodesMu.Lock()
+	defer o.nodesMu.Unlock()
+	if m, ok := o.nodeSets[name]; ok {
+		return m
+	}
+	o.nodeSets[name] = n
+	return n
 }
 
 // dbOperation is db.operation.name of op's command: SET for a plain
@@ -234,12 +308,13 @@ func (o *Observer) serverOf(nodes []redlock.NodeResult) []attribute.KeyValue {
 	return o.server(nodes[0].Name)
 }
 
-// server is server.address and server.port of a node named as the library
-// names nodes, "node 2 (127.0.0.1:6379)"; none where no address is known.
-func (o *Observer) server(name string) []attribute.KeyValue {
-	if v, ok := o.servers.Load(name); ok {
-		return v.([]attribute.KeyValue)
-	}
+// server is server.address and server.port of the node named name.
+func (o *Observer) server(name string) []attribute.KeyValue { return o.node(name).server }
+
+// serverAttrs is server.address and server.port of a node named as the
+// library names nodes, "node 2 (127.0.0.1:6379)"; none where no address is
+// known.
+func serverAttrs(name string) []attribute.KeyValue {
 	var attrs []attribute.KeyValue
 	if open, end := strings.IndexByte(name, '('), strings.LastIndexByte(name, ')'); open >= 0 && end > open {
 		if host, port, err := net.SplitHostPort(name[open+1 : end]); err == nil {
@@ -249,18 +324,32 @@ func (o *Observer) server(name string) []attribute.KeyValue {
 			}
 		}
 	}
-	o.servers.Store(name, attrs)
 	return attrs
 }
 
-// span records e as a span that began e.Duration ago.
-func (o *Observer) span(e redlock.Event, op, outcome string) {
+// span records e as a span that began e.Duration ago. Its attributes and
+// node events are made only where the span records (a sampler may have
+// left it out), so that they are set after its start: a sampler sees only
+// the span's name and kind.
+func (o *Observer) span(e redlock.Event, outcome int) {
 	parent := context.Background()
-	if d, ok := o.dos.Load(e.Key); ok && e.Key != "" {
-		parent = d.(*doSpan).ctx
+	if e.Key != "" && o.doing.Load() > 0 {
+		if d, ok := o.dos.Load(e.Key); ok {
+			parent = d.(*doSpan).ctx
+		}
 	}
 	end := time.Now()
-	attrs := []attribute.KeyValue{attribute.String("redlock.outcome", outcome)}
+	name := "redlock " + e.Op.String()
+	if int(e.Op) < len(spanNames) {
+		name = spanNames[e.Op]
+	}
+	_, s := o.tracer.Start(parent, name, trace.WithTimestamp(end.Add(-e.Duration)), clientKind)
+	if !s.IsRecording() {
+		s.End()
+		return
+	}
+	attrs := make([]attribute.KeyValue, 0, 6)
+	attrs = append(attrs, attribute.String("redlock.outcome", outcomes[outcome]))
 	if e.Key != "" {
 		attrs = append(attrs, attribute.String("redlock.key", e.Key))
 	}
@@ -276,23 +365,38 @@ func (o *Observer) span(e redlock.Event, op, outcome string) {
 	if e.Detail != "" {
 		attrs = append(attrs, attribute.String("redlock.detail", e.Detail))
 	}
-	_, s := o.tracer.Start(parent, "redlock "+op, trace.WithTimestamp(end.Add(-e.Duration)),
-		trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(attrs...))
+	s.SetAttributes(attrs...)
+	at := trace.WithTimestamp(end)
+	fields := make([]attribute.KeyValue, 0, 4*len(e.Nodes)) // every node's, in one slice
 	for _, n := range e.Nodes {
-		a := []attribute.KeyValue{attribute.String("redlock.node", n.Name), attribute.String("redlock.node.outcome", n.Outcome.String())}
+		from := len(fields)
+		fields = append(fields, attribute.String("redlock.node", n.Name), attribute.String("redlock.node.outcome", n.Outcome.String()))
 		if n.Latency > 0 {
-			a = append(a, attribute.Float64("redlock.node.latency", n.Latency.Seconds()))
+			fields = append(fields, attribute.Float64("redlock.node.latency", n.Latency.Seconds()))
 		}
 		if n.Err != nil {
-			a = append(a, attribute.String("error.message", n.Err.Error()))
+			fields = append(fields, attribute.String("error.message", n.Err.Error()))
 		}
-		s.AddEvent("node", trace.WithTimestamp(end), trace.WithAttributes(a...))
+		s.AddEvent("node", at, trace.WithAttributes(fields[from:]...))
 	}
-	if e.Err != nil && outcome != "contention" {
+	if e.Err != nil && outcome != 2 { // contention is no error
 		s.SetStatus(codes.Error, e.Err.Error())
 	}
-	s.End(trace.WithTimestamp(end))
+	s.End(at)
 }
+
+// spanNames are the spans' names by Op, made once.
+var spanNames = func() []string {
+	ops := redlock.Ops()
+	names := make([]string, int(ops[len(ops)-1])+1)
+	for _, op := range ops {
+		names[op] = "redlock " + op.String()
+	}
+	return names
+}()
+
+// clientKind is the spans' kind, as an option made once.
+var clientKind = trace.WithSpanKind(trace.SpanKindClient)
 
 // doSpan is a Do in progress, whose span parents its key's operations.
 type doSpan struct{ ctx context.Context }
@@ -305,9 +409,11 @@ type doSpan struct{ ctx context.Context }
 func (o *Observer) Do(ctx context.Context, l *redlock.Locker, key string, ttl time.Duration, fn func(context.Context, *redlock.Lease) error) error {
 	ctx, s := o.tracer.Start(ctx, "redlock do", trace.WithAttributes(attribute.String("redlock.key", key)))
 	d := &doSpan{ctx: ctx}
+	o.doing.Add(1)
 	o.dos.Store(key, d)
 	err := l.Do(ctx, key, ttl, fn)
 	o.dos.CompareAndDelete(key, d)
+	o.doing.Add(-1)
 	if err != nil {
 		s.RecordError(err)
 		s.SetStatus(codes.Error, err.Error())

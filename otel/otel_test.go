@@ -246,19 +246,32 @@ func TestQuarantineAndHealthGauges(t *testing.T) {
 	}
 }
 
-// Observe allocates little, and never blocks on the providers.
+// Observe allocates little, and never blocks on the providers: an
+// acquisition's event on three nodes, with every span recorded (the worst
+// case: the SDK's default sampler records every root span), and with spans
+// sampled out (a ratio sampler's usual case), against metrics alone.
 func BenchmarkObserve(b *testing.B) {
-	o, err := redlockotel.New(
-		redlockotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))),
-		redlockotel.WithTracerProvider(sdktrace.NewTracerProvider()))
-	require.NoError(b, err)
 	e := redlock.Event{Op: redlock.OpAcquire, Key: "k", Attempt: 1, Duration: time.Millisecond, Validity: time.Second, Nodes: []redlock.NodeResult{
 		{Node: 0, Name: "node 0 (127.0.0.1:7000)", Outcome: redlock.Granted, Latency: 300 * time.Microsecond},
 		{Node: 1, Name: "node 1 (127.0.0.1:7001)", Outcome: redlock.Granted, Latency: 400 * time.Microsecond},
 		{Node: 2, Name: "node 2 (127.0.0.1:7002)", Outcome: redlock.Unanswered},
 	}}
-	b.ReportAllocs()
-	for b.Loop() {
-		o.Observe(e)
+	for _, bc := range []struct {
+		name    string
+		sampler sdktrace.Sampler
+	}{
+		{"spans-recorded", sdktrace.AlwaysSample()},
+		{"spans-sampled-out", sdktrace.NeverSample()},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			o, err := redlockotel.New(
+				redlockotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))),
+				redlockotel.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSampler(bc.sampler))))
+			require.NoError(b, err)
+			b.ReportAllocs()
+			for b.Loop() {
+				o.Observe(e)
+			}
+		})
 	}
 }

@@ -37,6 +37,8 @@ type Round[T any] struct {
 	mu       sync.Mutex
 	calls    []call[T]
 	arrivals chan int // indexes of returned calls, buffered to N
+	pending  int      // calls not returned yet
+	afterAll func()   // run by the last Deliver (AfterAll)
 }
 
 // call is one node's call in a round.
@@ -76,6 +78,7 @@ func Begin[T any](n int) *Round[T] {
 		calls: make([]call[T], n),
 		// Buffered to n so that no call blocks after the decision stopped reading.
 		arrivals: make(chan int, n),
+		pending:  n,
 	}
 }
 
@@ -90,11 +93,52 @@ func (r *Round[T]) Deliver(i int, v T, err error) {
 	}
 	c.value, c.err, c.returned = v, err, true
 	settled := c.settled
+	r.pending--
+	var after func()
+	if r.pending == 0 {
+		after, r.afterAll = r.afterAll, nil
+	}
 	r.mu.Unlock()
 	if settled != nil {
 		close(settled)
 	}
 	r.arrivals <- i
+	if after != nil {
+		after()
+	}
+}
+
+// AfterAll arranges for f to run once every call of the round has
+// returned: at once, on the caller's goroutine, when they all have, and
+// otherwise inside the last Deliver, on its goroutine, after the result is
+// recorded. It reports whether f ran at once. Why: waiting for the calls a
+// decision did not wait for costs a goroutine and a channel per call, and
+// what follows them is nearly always nothing (a check of their results);
+// f decides, in the last Deliver, whether more is to be done. f must not
+// block, since Deliver never does. A round takes one f at most: a second
+// call panics.
+func (r *Round[T]) AfterAll(f func()) (ranNow bool) {
+	r.mu.Lock()
+	if r.pending == 0 {
+		r.mu.Unlock()
+		f()
+		return true
+	}
+	if r.afterAll != nil {
+		r.mu.Unlock()
+		panic("quorum: AfterAll called twice on a round")
+	}
+	r.afterAll = f
+	r.mu.Unlock()
+	return false
+}
+
+// Returned reports whether call i has returned, without waiting (and
+// without making the channel Settled would).
+func (r *Round[T]) Returned(i int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls[i].returned
 }
 
 // Len returns the number of nodes.

@@ -224,3 +224,69 @@ func TestCollectWaitsForEveryNode(t *testing.T) {
 		close(hang)
 	})
 }
+
+// AfterAll runs its function exactly once, after every call has returned:
+// at once when they have, else in the last Deliver, whichever order the
+// deliveries and the AfterAll come in (each order of three deliveries
+// against the AfterAll, and concurrent deliveries under the race detector).
+func TestAfterAllRunsOnceEveryCallReturned(t *testing.T) {
+	const n = 3
+	for at := 0; at <= n; at++ { // the AfterAll after `at` deliveries
+		r := quorum.Begin[int](n)
+		runs := 0
+		var sawAll bool
+		f := func() {
+			runs++
+			sawAll = true
+			for i := range n {
+				if !r.Returned(i) {
+					sawAll = false
+				}
+			}
+		}
+		for i := range n {
+			if i == at {
+				if now := r.AfterAll(f); now {
+					t.Fatalf("after %d deliveries: AfterAll ran at once", at)
+				}
+			}
+			if runs != 0 {
+				t.Fatalf("after %d of %d deliveries: ran early", i, n)
+			}
+			r.Deliver(i, i, nil)
+		}
+		if at == n {
+			if now := r.AfterAll(f); !now {
+				t.Fatal("every call had returned: AfterAll did not run at once")
+			}
+		}
+		if runs != 1 || !sawAll {
+			t.Fatalf("AfterAll after %d deliveries: ran %d times, saw every call returned: %v", at, runs, sawAll)
+		}
+	}
+
+	for range 200 {
+		r := quorum.Begin[int](n)
+		ran := make(chan struct{}, n+1)
+		done := make(chan struct{})
+		for i := range n {
+			go func() { r.Deliver(i, i, nil); done <- struct{}{} }()
+		}
+		r.AfterAll(func() { ran <- struct{}{} })
+		for range n {
+			<-done
+		}
+		if len(ran) != 1 {
+			t.Fatalf("concurrent deliveries: ran %d times", len(ran))
+		}
+	}
+
+	r := quorum.Begin[int](1)
+	r.AfterAll(func() {})
+	defer func() {
+		if recover() == nil {
+			t.Error("a second AfterAll on a round did not panic")
+		}
+	}()
+	r.AfterAll(func() {})
+}

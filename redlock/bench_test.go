@@ -2,6 +2,8 @@ package redlock_test
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -48,6 +50,40 @@ func BenchmarkCycleParallel(b *testing.B) {
 	for _, tr := range transports {
 		b.Run(tr.name, func(b *testing.B) {
 			l, ctx := benchLocker(b, fakeNodes(b, 5), tr.opts)
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				key := "bench:" + strconv.FormatInt(next.Add(1), 10)
+				for pb.Next() {
+					cycle(b, l, ctx, key)
+				}
+			})
+			b.StopTimer()
+			_ = l.Drain(ctx)
+		})
+	}
+}
+
+// BenchmarkCycleObserved runs BenchmarkCycleParallel's load (auto-pipeline)
+// with each kind of Observer, for what observing costs the client: none; a
+// counter (the library's own event building); the slog adapter with a JSON
+// handler writing to io.Discard, at Debug (a line per operation) and at Info
+// (the operations that went well are below the level: one Enabled call).
+// Compare the rows within one run.
+func BenchmarkCycleObserved(b *testing.B) {
+	var counted atomic.Int64
+	for _, bc := range []struct {
+		name     string
+		observer redlock.Observer
+	}{
+		{"none", nil},
+		{"counting", redlock.ObserverFunc(func(redlock.Event) { counted.Add(1) })},
+		{"slog-debug", redlock.NewLogObserver(slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug})))},
+		{"slog-info", redlock.NewLogObserver(slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})))},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			l, ctx := benchLocker(b, fakeNodes(b, 5), redlock.Options{NodeTimeout: time.Second, Observer: bc.observer})
 			var next atomic.Int64
 			b.ReportAllocs()
 			b.SetParallelism(8)

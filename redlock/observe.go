@@ -175,12 +175,19 @@ func (l *Locker) emit(e Event) {
 // events (allocated only when the Locker has an Observer). at[i] is the
 // time from start to node i's reply, plus one nanosecond (0: none yet).
 type latencies struct {
-	start time.Time
-	at    []atomic.Int64
+	start  time.Time
+	at     []atomic.Int64
+	inline [7]atomic.Int64 // at for up to 7 nodes: one allocation per round, not two
 }
 
 func newLatencies(n int) *latencies {
-	return &latencies{start: time.Now(), at: make([]atomic.Int64, n)}
+	t := &latencies{start: time.Now()}
+	if n <= len(t.inline) {
+		t.at = t.inline[:n]
+	} else {
+		t.at = make([]atomic.Int64, n)
+	}
+	return t
 }
 
 // arrived records node i's reply now.

@@ -16,7 +16,7 @@ import (
 // The transport records each guarded reply's verdict (verdict, from
 // ballot.Receive: an atomic store, never a call to the Observer, which must
 // not run under a pipeline's lock); the operation that decided the round
-// reports what changed (Locker.reportNodes), on its own goroutine.
+// reports what changed (Locker.reportNodes).
 type nodeWatch struct {
 	last atomic.Pointer[guard.QuarantineError] // the newest guarded verdict: nil sound, else the quarantine
 	seen atomic.Bool                           // a guarded verdict has been recorded
@@ -34,61 +34,84 @@ func (w *nodeWatch) verdict(err error) {
 	if w == nil {
 		return
 	}
-	var q *guard.QuarantineError
-	switch {
-	case err == nil:
+	if err == nil {
 		w.last.Store(nil)
-	case errors.As(err, &q):
-		w.last.Store(q)
-	default:
+		w.seen.Store(true)
 		return
 	}
+	var q *guard.QuarantineError // escapes to errors.As: declared only where needed
+	if !errors.As(err, &q) {
+		return
+	}
+	w.last.Store(q)
 	w.seen.Store(true)
 }
 
 // reportNodes tells the Observer what it learns of the nodes from a
 // decided round of op (0 for Inspect, which reports no late failures), in
-// tally: for a guarded round, every node whose
-// quarantine began or ended, or whose clock raised an alarm, since the last
-// report; and the nodes the decision did not wait for whose calls then
-// failed (OpLateFailure). Where nodes had not replied by the decision,
-// their part comes later, and is reported in the background once every
-// node has replied (Drain waits for it).
+// tally: for a guarded round, every node whose quarantine began or ended,
+// or whose clock raised an alarm, since the last report; and the nodes the
+// decision did not wait for whose calls then failed (OpLateFailure).
 //
-// Which nodes have settled is read before the report: a verdict is stored
-// before its node settles, so a node settled then is in this report, and a
-// node that settles later (even before this report reads its verdict) is
-// in the background one.
+// What the nodes that had replied said is reported now. Where some had
+// not, the rest is looked at once the last of them has replied
+// (quorum.Round.AfterAll), in that reply's Deliver: a verdict is stored
+// before its node's Deliver, so every one is seen. Deliver runs on the
+// transport's goroutine, which must not call the Observer: when something
+// is left to report (rarely), a goroutine reports it, and Drain waits for
+// it. Nothing is started, and nothing waits, when nothing is.
 func (l *Locker) reportNodes(op Op, key string, round *quorum.Round[Outcome], tally quorum.Tally[Outcome], guarded bool) {
-	pending := false
-	for i := range l.nodes {
-		select {
-		case <-round.Settled(i):
-			continue
-		default:
-		}
-		pending = true
-		break
+	if allReturned(round) {
+		l.emitAll(l.nodeEvents(op, key, round, tally, guarded))
+		return
 	}
 	if guarded {
-		l.reportChanges(key)
-	}
-	if !pending {
-		l.reportLateFailures(op, key, round, tally) // every call has returned
-		return
+		l.emitAll(l.changes(key))
 	}
 	if !guarded && (op == 0 || !unanswered(tally)) {
 		return // nothing left to report
 	}
-	l.inflight.add(1)
-	go func() {
-		defer l.inflight.done()
-		round.Wait()
-		if guarded {
-			l.reportChanges(key)
+	round.AfterAll(func() {
+		events := l.nodeEvents(op, key, round, tally, guarded)
+		if len(events) == 0 {
+			return
 		}
-		l.reportLateFailures(op, key, round, tally)
-	}()
+		l.inflight.add(1) // before the last call is done: Drain sees it
+		go func() {
+			defer l.inflight.done()
+			l.emitAll(events)
+		}()
+	})
+}
+
+// allReturned reports whether every call of round has returned.
+func allReturned(round *quorum.Round[Outcome]) bool {
+	for i := range round.Len() {
+		if !round.Returned(i) {
+			return false
+		}
+	}
+	return true
+}
+
+// nodeEvents are reportNodes' events once every call of round has
+// returned. It calls no Observer.
+func (l *Locker) nodeEvents(op Op, key string, round *quorum.Round[Outcome], tally quorum.Tally[Outcome], guarded bool) []Event {
+	var events []Event
+	if guarded {
+		events = l.changes(key)
+	}
+	if e, ok := l.lateFailures(op, key, round, tally); ok {
+		events = append(events, e)
+	}
+	return events
+}
+
+// emitAll delivers events, in order.
+func (l *Locker) emitAll(events []Event) {
+	for _, e := range events {
+		l.emit(e)
+	}
 }
 
 // unanswered reports whether the decision in tally left a node not waited for.
@@ -101,11 +124,12 @@ func unanswered(tally quorum.Tally[Outcome]) bool {
 	return false
 }
 
-// reportLateFailures emits OpLateFailure for the nodes that tally's
-// decision did not wait for whose calls in round (all returned) failed.
-func (l *Locker) reportLateFailures(op Op, key string, round *quorum.Round[Outcome], tally quorum.Tally[Outcome]) {
+// lateFailures is the OpLateFailure event of the nodes that tally's
+// decision did not wait for whose calls in round (all returned) failed; ok
+// is false when there are none.
+func (l *Locker) lateFailures(op Op, key string, round *quorum.Round[Outcome], tally quorum.Tally[Outcome]) (e Event, ok bool) {
 	if op == 0 {
-		return
+		return Event{}, false
 	}
 	var failed []NodeResult
 	for i, v := range tally.Votes {
@@ -117,26 +141,26 @@ func (l *Locker) reportLateFailures(op Op, key string, round *quorum.Round[Outco
 		}
 	}
 	if len(failed) == 0 {
-		return
+		return Event{}, false
 	}
 	names := make([]string, len(failed))
 	for i, f := range failed {
 		names[i] = fmt.Sprintf("%s: %v", f.Name, f.Err)
 	}
-	l.emit(Event{Op: OpLateFailure, Of: op, Key: key, Nodes: failed, Detail: fmt.Sprintf("%s: %d node(s) not waited for failed afterwards: %s", op, len(failed), strings.Join(names, "; "))})
+	return Event{Op: OpLateFailure, Of: op, Key: key, Nodes: failed, Detail: fmt.Sprintf("%s: %d node(s) not waited for failed afterwards: %s", op, len(failed), strings.Join(names, "; "))}, true
 }
 
-// reportChanges emits what changed on each node since the last report.
-func (l *Locker) reportChanges(key string) {
+// changes returns what changed on each guarded node since the last report.
+func (l *Locker) changes(key string) []Event {
+	var events []Event
 	for i := range l.nodes {
 		n := &l.nodes[i]
 		if n.watch == nil || n.guard == nil {
 			continue
 		}
-		for _, e := range n.watch.changes(n, key) {
-			l.emit(e)
-		}
+		events = append(events, n.watch.changes(n, key)...)
 	}
+	return events
 }
 
 // changes returns the events of what changed on n since the last report.

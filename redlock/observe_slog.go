@@ -65,20 +65,43 @@ func (o logObserver) Observe(e Event) {
 		attrs = append(attrs, slog.String("detail", e.Detail))
 	}
 	if len(e.Nodes) > 0 {
-		nodes := make([]any, 0, len(e.Nodes))
-		for _, n := range e.Nodes {
-			a := []any{slog.String("outcome", n.Outcome.String())}
-			if n.Latency > 0 {
-				a = append(a, slog.Duration("latency", n.Latency))
-			}
-			if n.Err != nil {
-				a = append(a, slog.String("err", n.Err.Error()))
-			}
-			nodes = append(nodes, slog.Group(n.Name, a...))
-		}
-		attrs = append(attrs, slog.Group("nodes", nodes...))
+		attrs = append(attrs, slog.Attr{Key: "nodes", Value: nodeGroups(e.Nodes)})
 	}
-	o.log.LogAttrs(ctx, level, "redlock "+e.Op.String(), attrs...)
+	msg := "redlock " + e.Op.String()
+	if int(e.Op) < len(logMessages) {
+		msg = logMessages[e.Op]
+	}
+	o.log.LogAttrs(ctx, level, msg, attrs...)
+}
+
+// logMessages are the lines' messages, by Op: "redlock " and the Op's name,
+// made once rather than per line.
+var logMessages = func() []string {
+	m := make([]string, len(opNames))
+	for op := range m {
+		m[op] = "redlock " + Op(op).String()
+	}
+	return m
+}()
+
+// nodeGroups is the "nodes" group: one group per node, keyed by its name,
+// with its outcome, latency and error. Every node's attributes share one
+// slice (two allocations per line, not two per node).
+func nodeGroups(nodes []NodeResult) slog.Value {
+	fields := make([]slog.Attr, 0, 3*len(nodes))
+	groups := make([]slog.Attr, len(nodes))
+	for i, n := range nodes {
+		from := len(fields)
+		fields = append(fields, slog.String("outcome", n.Outcome.String()))
+		if n.Latency > 0 {
+			fields = append(fields, slog.Duration("latency", n.Latency))
+		}
+		if n.Err != nil {
+			fields = append(fields, slog.String("err", n.Err.Error()))
+		}
+		groups[i] = slog.Attr{Key: n.Name, Value: slog.GroupValue(fields[from:len(fields):len(fields)]...)}
+	}
+	return slog.GroupValue(groups...)
 }
 
 // LogLevel is the level NewLogObserver logs e at (see there), for adapters

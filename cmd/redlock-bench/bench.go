@@ -23,7 +23,7 @@ type result struct {
 	Allocs     float64       `json:"allocs_per_cycle"`
 	Faults     []string      `json:"faults,omitempty"` // what -fault did, where the implementation reports it
 	// Events is the Observer's event counts by Op, for the observed
-	// implementations (redlock-events, redlock-slog, redlock-otel).
+	// implementations (redlock-events, redlock-slog, redlock-otel, ...).
 	Events map[string]int64 `json:"events,omitempty"`
 	// LongestGap is the longest time in the run with no lock granted to
 	// any client (from the start to the first grant, between grants, from

@@ -53,9 +53,9 @@ type impl struct {
 
 func newImpl(ctx context.Context, name string, d *deployment, cfg config) (*impl, error) {
 	switch name {
-	case "redlock", "redlock-direct", "redlock-wait", "redlock-unguarded", "redlock-events", "redlock-slog", "redlock-otel":
+	case "redlock", "redlock-direct", "redlock-wait", "redlock-unguarded", "redlock-events", "redlock-slog", "redlock-slog-info", "redlock-otel", "redlock-otel-1pct":
 		switch name {
-		case "redlock-events", "redlock-slog", "redlock-otel": // this library with an Observer (observe.go)
+		case "redlock-events", "redlock-slog", "redlock-slog-info", "redlock-otel", "redlock-otel-1pct": // this library with an Observer (observe.go)
 			cfg.observer = name
 		case "redlock-unguarded": // this library with the node guard's refusals off (Options.NoQuarantine)
 			cfg.noQuarantine = true

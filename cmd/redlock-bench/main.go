@@ -77,11 +77,12 @@
 //	                   replicas with -spawn N -replicas 1 (not in all)
 //	redlock-unguarded  this library with Options.NoQuarantine: the node
 //	                   guard off, no companions sent (not in all)
-//	redlock-events, redlock-slog, redlock-otel
+//	redlock-events, redlock-slog, redlock-slog-info, redlock-otel, redlock-otel-1pct
 //	                   this library with an Observer: one that counts the
-//	                   events; the slog adapter (JSON, debug, discarded);
-//	                   the OpenTelemetry adapter on the SDK (spans sampled
-//	                   and dropped); each prints the run's event counts
+//	                   events; the slog adapter (JSON, discarded) at debug
+//	                   and at info; the OpenTelemetry adapter on the SDK
+//	                   (every span sampled, or 1% of traces; dropped);
+//	                   each prints the run's event counts
 //	                   (not in all)
 //	raw                SET NX PX + compare-and-delete on one node: the floor
 //	                   (the third-fastest node under -node-latency)

@@ -24,14 +24,22 @@ import (
 //	                (each node's reply timed, the events built)
 //	redlock-slog    NewLogObserver on a JSON handler at debug level: every
 //	                event formatted into a line, written to io.Discard
+//	redlock-slog-info  the same at info level, as production logs: the
+//	                operations that went well are below it (one Enabled
+//	                call), what went wrong is written
 //	redlock-otel    the OpenTelemetry adapter on the SDK: a manual metric
 //	                reader, and a tracer provider that samples and ends
 //	                every span, handing them to a processor that drops them
 //	                (what an exporter would be given; no export cost)
+//	redlock-otel-1pct  the same with 1% of the traces sampled
+//	                (ParentBased(TraceIDRatioBased(0.01)), a common
+//	                production setting); every metric recorded
 var observedImpls = map[string]string{
-	"redlock-events": "an Observer that counts the events",
-	"redlock-slog":   "Observer NewLogObserver (JSON, debug level, to io.Discard)",
-	"redlock-otel":   "Observer redlockotel (SDK meter with a manual reader; every span sampled, then dropped)",
+	"redlock-events":    "an Observer that counts the events",
+	"redlock-slog":      "Observer NewLogObserver (JSON, debug level, to io.Discard)",
+	"redlock-otel":      "Observer redlockotel (SDK meter with a manual reader; every span sampled, then dropped)",
+	"redlock-slog-info": "Observer NewLogObserver (JSON, info level, to io.Discard)",
+	"redlock-otel-1pct": "Observer redlockotel (SDK meter with a manual reader; 1% of traces sampled, then dropped)",
 }
 
 // eventCounter counts events by Op, and passes each to next (if any).
@@ -70,12 +78,20 @@ func observerFor(name string) (*eventCounter, error) {
 	switch name {
 	case "redlock-events":
 		return c, nil
-	case "redlock-slog":
-		c.next = redlock.NewLogObserver(slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	case "redlock-slog", "redlock-slog-info":
+		level := slog.LevelDebug
+		if name == "redlock-slog-info" {
+			level = slog.LevelInfo
+		}
+		c.next = redlock.NewLogObserver(slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: level})))
 		return c, nil
-	case "redlock-otel":
+	case "redlock-otel", "redlock-otel-1pct":
+		sampler := sdktrace.AlwaysSample()
+		if name == "redlock-otel-1pct" {
+			sampler = sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.01))
+		}
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()), sdktrace.WithSpanProcessor(dropSpans{}))
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithSpanProcessor(dropSpans{}))
 		o, err := redlockotel.New(redlockotel.WithMeterProvider(mp), redlockotel.WithTracerProvider(tp))
 		if err != nil {
 			return nil, err

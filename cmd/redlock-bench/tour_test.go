@@ -69,17 +69,17 @@ func TestTourTakesNoWorkloadFlags(t *testing.T) {
 // The observed variants print the events of their run; plain redlock has
 // no Observer and prints none.
 func TestObservedImplsPrintEventCounts(t *testing.T) {
-	out, err := runCLI(t, "-q", "-duration", "300ms", "-clients", "2", "-keys", "1", "-impl", "redlock,redlock-events,redlock-slog,redlock-otel")
+	out, err := runCLI(t, "-q", "-duration", "300ms", "-clients", "2", "-keys", "1", "-impl", "redlock,redlock-events,redlock-slog,redlock-slog-info,redlock-otel,redlock-otel-1pct")
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, out)
 	}
 	events := regexp.MustCompile(`(?m)^  events: acquire (\d+), unlock (\d+)`).FindAllStringSubmatch(out, -1)
-	if len(events) != 3 {
-		t.Fatalf("want event counts for the three observed variants:\n%s", out)
+	if len(events) != 5 {
+		t.Fatalf("want event counts for the five observed variants:\n%s", out)
 	}
-	acquired := regexp.MustCompile(`(?m)^(redlock[a-z-]*): .*\n  \d+ cycles/s; (\d+) acquired, (\d+) contended, (\d+) errors`).FindAllStringSubmatch(out, -1)
-	if len(acquired) != 4 {
-		t.Fatalf("want four tables:\n%s", out)
+	acquired := regexp.MustCompile(`(?m)^(redlock[a-z0-9-]*): .*\n  \d+ cycles/s; (\d+) acquired, (\d+) contended, (\d+) errors`).FindAllStringSubmatch(out, -1)
+	if len(acquired) != 6 {
+		t.Fatalf("want six tables:\n%s", out)
 	}
 	for i, e := range events {
 		a := acquired[i+1] // the observed ones, in order after redlock
