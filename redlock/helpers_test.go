@@ -161,6 +161,13 @@ func drain(t *testing.T, l *redlock.Locker) {
 // that go through them.
 func (c *cluster) proxied(t *testing.T) ([]*faultnet.Proxy, []redlock.Node) {
 	t.Helper()
+	return c.proxiedWith(t, nil)
+}
+
+// proxiedWith is proxied with each client's options passed through adjust
+// (if set) first.
+func (c *cluster) proxiedWith(t *testing.T, adjust func(*redis.Options)) ([]*faultnet.Proxy, []redlock.Node) {
+	t.Helper()
 	var proxies []*faultnet.Proxy
 	var nodes []redlock.Node
 	for _, m := range c.servers {
@@ -170,7 +177,15 @@ func (c *cluster) proxied(t *testing.T) ([]*faultnet.Proxy, []redlock.Node) {
 		}
 		t.Cleanup(func() { p.Close() })
 		proxies = append(proxies, p)
-		nodes = append(nodes, newClient(t, p.Addr()))
+		if adjust == nil {
+			nodes = append(nodes, newClient(t, p.Addr()))
+			continue
+		}
+		o := &redis.Options{Addr: p.Addr(), ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
+		adjust(o)
+		cl := redis.NewClient(o)
+		t.Cleanup(func() { cl.Close() })
+		nodes = append(nodes, cl)
 	}
 	return proxies, nodes
 }

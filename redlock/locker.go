@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	mathrand "math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/redlock/redlock/drift"
@@ -25,6 +26,7 @@ type Locker struct {
 	bound    drift.Bound
 	inflight tracker  // every call in flight, for Drain
 	releases releases // releases in flight, which acquisitions wait for
+	turns    turns    // Lock calls waiting for each key, in order (turns.go)
 	durable  durableCheck
 	// pipelined: some node has a pipeline, which shares a round's command
 	// in its wire form (wire.Command.Bind)
@@ -100,10 +102,24 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 	if err != nil {
 		return nil, err
 	}
-	var decided error // the last attempt that the nodes, not ctx, decided
-	for attempts := 1; ; attempts++ {
-		lease, err := l.attempt(ctx, req, attempts)
+	// In the key's queue before the first attempt, so that a release after
+	// an attempt that found the key taken wakes this call (see turns).
+	w, first, held := l.turns.join(key)
+	won := false
+	defer func() { l.turns.leave(key, w, won) }()
+	var decided error       // the last attempt that the nodes, not ctx, decided
+	attempts, split := 0, 0 // split: attempts lost in a row with some nodes granted
+	ready := first && !held
+	for {
+		if !ready && !l.awaitTurn(ctx, key, w, l.retryWait()+l.splitBackoff(split)) {
+			break // ctx ended
+		}
+		ready = false
+		attempts++
+		var lease *Lease
+		lease, err = l.attempt(ctx, req, attempts)
 		if err == nil {
+			won = true
 			return lease, nil
 		}
 		if errors.Is(err, ErrNotDurable) {
@@ -112,20 +128,81 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 		if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
 			decided = err
 		}
-		if ctx.Err() == nil {
-			timer := time.NewTimer(l.retryWait())
+		if ctx.Err() != nil {
+			break
+		}
+		if q, ok := err.(*QuorumError); ok && q.Granted > 0 {
+			split++
+		} else {
+			split = 0
+		}
+	}
+	if decided == nil {
+		if err == nil {
+			err = fmt.Errorf("redlock: lock %q: %w", key, contextError(ctx))
+		}
+		return nil, err // ctx ended before or during the first attempt
+	}
+	return nil, fmt.Errorf("redlock: lock %q: gave up after %d attempts: %w; last decided attempt: %w", key, attempts, contextError(ctx), decided)
+}
+
+// awaitTurn waits until w, in key's queue, may send its next attempt: once
+// it is the head, at a release of the key by this Locker, or after poll
+// (for releases elsewhere, and leases that expire unreleased). A waiter
+// behind the head sends nothing and only waits to move up. It reports false
+// when ctx ends first.
+func (l *Locker) awaitTurn(ctx context.Context, key string, w *waiter, poll time.Duration) bool {
+	var timer *time.Timer // the poll, counted from when w is the head
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if first, _ := l.turns.head(key, w); !first {
 			select {
-			case <-timer.C:
+			case <-w.wake: // moved up, perhaps to the head
 				continue
 			case <-ctx.Done():
-				timer.Stop()
+				return false
 			}
 		}
-		if decided == nil {
-			return nil, err // ctx ended the first attempt
+		if timer == nil {
+			timer = time.NewTimer(poll)
 		}
-		return nil, fmt.Errorf("redlock: lock %q: gave up after %d attempts: %w; last decided attempt: %w", key, attempts, contextError(ctx), decided)
+		select {
+		case <-w.wake:
+			if _, held := l.turns.head(key, w); !held {
+				return true // released here, or the head before left without a lease
+			}
+			// moved up behind a lease of this Locker: wait for its release
+		case <-timer.C:
+			return true
+		case <-ctx.Done():
+			return false
+		}
 	}
+}
+
+// splitBackoffOff turns splitBackoff off: the control of the livelock test
+// (export_test.go), never set otherwise.
+var splitBackoffOff atomic.Bool
+
+// splitBackoff is the extra wait after split attempts lost in a row, each
+// of which some nodes granted but no majority: contenders that each won a
+// minority (a slow node holding every attempt back, say) fall out of step
+// instead of taking turns at keeping each other out. It grows with split,
+// as a random delay up to RetryJitter (or RetryDelay) times 2^split,
+// capped at 2^5.
+func (l *Locker) splitBackoff(split int) time.Duration {
+	if split == 0 || splitBackoffOff.Load() {
+		return 0
+	}
+	unit := max(l.opts.RetryJitter, l.opts.RetryDelay)
+	if unit <= 0 {
+		return 0
+	}
+	return mathrand.N(unit << min(split, 5))
 }
 
 // retryWait is a random delay in [RetryDelay, RetryDelay+RetryJitter): how

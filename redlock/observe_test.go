@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -223,7 +224,11 @@ func TestObserverSeesUnavailableNodes(t *testing.T) {
 func TestObserverSeesLateFailures(t *testing.T) {
 	ctx := t.Context()
 	c := newCluster(t, 3)
-	proxies, nodes := c.proxied(t)
+	// The silent node's calls end at their own deadlines: a client without
+	// ContextTimeoutEnabled reads a black-holed connection for its
+	// ReadTimeout (10 s here) at each of its retries, longer than Drain
+	// is given.
+	proxies, nodes := c.proxiedWith(t, func(o *redis.Options) { o.ContextTimeoutEnabled = true })
 	rec := &recorder{}
 	l := newLocker(t, nodes, &redlock.Options{Observer: rec, NodeTimeout: 200 * time.Millisecond})
 	require.NoError(t, l.Warm(ctx))
