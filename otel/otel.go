@@ -86,7 +86,7 @@ type Observer struct {
 	// The attribute sets of the common cases, made once rather than per
 	// event (a set is sorted and allocated when made): by operation and
 	// outcome, and per node (nodeSets).
-	durationSets [][]attribute.Set // [op][outcome]
+	durationSets [][]metric.RecordOption // [op][outcome]: the attribute set, as a ready option list
 	nodesMu      sync.RWMutex
 	nodeSets     map[string]*nodeSets // by node name
 
@@ -98,8 +98,8 @@ type Observer struct {
 // and per operation the round trip's set when the node answered.
 type nodeSets struct {
 	server  []attribute.KeyValue
-	answers []attribute.Set // [op]: db.client.operation.duration of a reply
-	failed  []attribute.Set // [op]: redlock.node.unavailable
+	answers [][]metric.RecordOption // [op]: db.client.operation.duration of a reply
+	failed  [][]metric.AddOption    // [op]: redlock.node.unavailable
 }
 
 var _ redlock.Observer = (*Observer)(nil)
@@ -137,11 +137,11 @@ func New(opts ...Option) (*Observer, error) {
 		return nil, err
 	}
 	ops := redlock.Ops()
-	o.durationSets = make([][]attribute.Set, int(ops[len(ops)-1])+1)
+	o.durationSets = make([][]metric.RecordOption, int(ops[len(ops)-1])+1)
 	for _, op := range ops {
-		o.durationSets[op] = make([]attribute.Set, len(outcomes))
+		o.durationSets[op] = make([]metric.RecordOption, len(outcomes))
 		for i, outcome := range outcomes {
-			o.durationSets[op][i] = attribute.NewSet(attribute.String("redlock.operation", op.String()), attribute.String("redlock.outcome", outcome))
+			o.durationSets[op][i] = metric.WithAttributeSet(attribute.NewSet(attribute.String("redlock.operation", op.String()), attribute.String("redlock.outcome", outcome)))
 		}
 	}
 	o.nodeSets = map[string]*nodeSets{}
@@ -184,7 +184,7 @@ func (o *Observer) Observe(e redlock.Event) {
 	switch e.Op {
 	case redlock.OpAcquire, redlock.OpExtend, redlock.OpUnlock, redlock.OpCheck, redlock.OpRevoke, redlock.OpRelease:
 		if int(e.Op) < len(o.durationSets) {
-			o.duration.Record(ctx, e.Duration.Seconds(), metric.WithAttributeSet(o.durationSets[e.Op][outcome]))
+			o.duration.Record(ctx, e.Duration.Seconds(), o.durationSets[e.Op][outcome:outcome+1]...)
 		}
 		o.nodes(ctx, e)
 	case redlock.OpLost:
@@ -195,7 +195,7 @@ func (o *Observer) Observe(e redlock.Event) {
 		o.clockAlarms.Add(ctx, 1, metric.WithAttributes(o.serverOf(e.Nodes)...))
 	case redlock.OpLateFailure: // nodes the decision did not wait for, failed since
 		for _, n := range e.Nodes {
-			o.unavailable.Add(ctx, 1, metric.WithAttributeSet(o.node(n.Name).failed[e.Of]))
+			o.unavailable.Add(ctx, 1, o.node(n.Name).failed[e.Of]...)
 		}
 	}
 	if e.Op == redlock.OpAcquire && outcome == 2 {
@@ -213,10 +213,10 @@ func (o *Observer) nodes(ctx context.Context, e redlock.Event) {
 		}
 		sets := o.node(n.Name)
 		if !failed {
-			o.dbDuration.Record(ctx, n.Latency.Seconds(), metric.WithAttributeSet(sets.answers[dbOp(e)]))
+			o.dbDuration.Record(ctx, n.Latency.Seconds(), sets.answers[dbOp(e)]...)
 			continue
 		}
-		o.unavailable.Add(ctx, 1, metric.WithAttributeSet(sets.failed[e.Op]))
+		o.unavailable.Add(ctx, 1, sets.failed[e.Op]...)
 		latency := n.Latency
 		if latency <= 0 {
 			latency = e.Duration // no reply: it took the whole round
@@ -249,7 +249,7 @@ func (o *Observer) node(name string) *nodeSets {
 	if ok {
 		return n
 	}
-	n = &nodeSets{server: serverAttrs(name), answers: make([]attribute.Set, len(o.durationSets)), failed: make([]attribute.Set, len(o.durationSets))}
+	n = &nodeSets{server: serverAttrs(name), answers: make([][]metric.RecordOption, len(o.durationSets)), failed: make([][]metric.AddOption, len(o.durationSets))}
 	for op := range o.durationSets {
 		operation, dbName := redlock.Op(op), "EVALSHA"
 		switch {
@@ -258,12 +258,12 @@ func (o *Observer) node(name string) *nodeSets {
 		case operation == redlock.OpAcquire:
 			dbName = "SET"
 		}
-		n.answers[op] = attribute.NewSet(append([]attribute.KeyValue{
+		n.answers[op] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{
 			attribute.String("db.system.name", "redis"),
 			attribute.String("db.operation.name", dbName),
 			attribute.String("redlock.operation", operation.String()),
-		}, n.server...)...)
-		n.failed[op] = attribute.NewSet(append([]attribute.KeyValue{attribute.String("redlock.operation", operation.String())}, n.server...)...)
+		}, n.server...)...))}
+		n.failed[op] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{attribute.String("redlock.operation", operation.String())}, n.server...)...))}
 	}
 	o.nodesMu.Lock()
 	defer o.nodesMu.Unlock()
