@@ -1,8 +1,8 @@
 package redlock
 
-// Waiting is how many Lock calls of l wait for key in its queue (turns.go),
+// Waiting is how many Lock calls of l wait for key in its queue (package waitq),
 // for the tests of waiting.
-func Waiting(l *Locker, key string) int { return l.turns.waiting(key) }
+func Waiting(l *Locker, key string) int { return l.turns.Waiting(key) }
 
 // NoSplitBackoff turns off the growing wait after attempts that split the
 // nodes (Locker.splitBackoff), for the livelock test's control; the

@@ -378,7 +378,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	timing := lk.timing()
 	round := lk.release(ctx, l.key, l.value, l.acquired, ttl, timing, nil)
 	tally := round.Decide(detached, lk.opts.NodeTimeout, granted)
-	lk.turns.released(l.key) // the next Lock waiting here tries at once
+	lk.turns.Released(l.key) // the next Lock waiting here tries at once
 	var err error
 	if !tally.Won {
 		err = lk.roundError(detached, "unlock", wire.ScriptCommand(releaseScript, []string{l.key}, l.value), tally, timing)

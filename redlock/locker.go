@@ -10,6 +10,7 @@ import (
 
 	"github.com/redlock/redlock/drift"
 	"github.com/redlock/redlock/quorum"
+	"github.com/redlock/redlock/redlock/internal/waitq"
 	"github.com/redlock/redlock/redlock/internal/wire"
 )
 
@@ -24,9 +25,9 @@ type Locker struct {
 	nodes    []node
 	opts     Options
 	bound    drift.Bound
-	inflight tracker  // every call in flight, for Drain
-	releases releases // releases in flight, which acquisitions wait for
-	turns    turns    // Lock calls waiting for each key, in order (turns.go)
+	inflight tracker      // every call in flight, for Drain
+	releases releases     // releases in flight, which acquisitions wait for
+	turns    waitq.Queues // Lock calls waiting for each key, in order
 	durable  durableCheck
 	// pipelined: some node has a pipeline, which shares a round's command
 	// in its wire form (wire.Command.Bind)
@@ -103,10 +104,10 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 		return nil, err
 	}
 	// In the key's queue before the first attempt, so that a release after
-	// an attempt that found the key taken wakes this call (see turns).
-	w, first, held := l.turns.join(key)
+	// an attempt that found the key taken wakes this call (see package waitq).
+	w, first, held := l.turns.Join(key)
 	won := false
-	defer func() { l.turns.leave(key, w, won) }()
+	defer func() { l.turns.Leave(key, w, won) }()
 	var decided error       // the last attempt that the nodes, not ctx, decided
 	attempts, split := 0, 0 // split: attempts lost in a row with some nodes granted
 	ready := first && !held
@@ -151,7 +152,7 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 // (for releases elsewhere, and leases that expire unreleased). A waiter
 // behind the head sends nothing and only waits to move up. It reports false
 // when ctx ends first.
-func (l *Locker) awaitTurn(ctx context.Context, key string, w *waiter, poll time.Duration) bool {
+func (l *Locker) awaitTurn(ctx context.Context, key string, w *waitq.Waiter, poll time.Duration) bool {
 	var timer *time.Timer // the poll, counted from when w is the head
 	defer func() {
 		if timer != nil {
@@ -159,9 +160,9 @@ func (l *Locker) awaitTurn(ctx context.Context, key string, w *waiter, poll time
 		}
 	}()
 	for {
-		if first, _ := l.turns.head(key, w); !first {
+		if first, _ := l.turns.Head(key, w); !first {
 			select {
-			case <-w.wake: // moved up, perhaps to the head
+			case <-w.Wake: // moved up, perhaps to the head
 				continue
 			case <-ctx.Done():
 				return false
@@ -171,8 +172,8 @@ func (l *Locker) awaitTurn(ctx context.Context, key string, w *waiter, poll time
 			timer = time.NewTimer(poll)
 		}
 		select {
-		case <-w.wake:
-			if _, held := l.turns.head(key, w); !held {
+		case <-w.Wake:
+			if _, held := l.turns.Head(key, w); !held {
 				return true // released here, or the head before left without a lease
 			}
 			// moved up behind a lease of this Locker: wait for its release

@@ -1,8 +1,12 @@
-package redlock
+// Package waitq is a Locker's queue of Lock calls waiting for each key, in
+// arrival order (see Queues). It knows nothing of nodes or leases: the
+// coordinator (redlock's Lock, Unlock) says when a waiter won, gave up, or
+// a lease of its Locker released the key.
+package waitq
 
 import "sync"
 
-// turns are a Locker's Lock calls waiting for each key, in arrival order.
+// Queues are a Locker's Lock calls waiting for each key, in arrival order.
 // Only the head of a key's queue sends acquisitions; the others wait for
 // their turn, so that a busy key costs one waiter's commands per hand-off,
 // not every waiter's (a herd of clients × nodes commands), and waiters are
@@ -18,37 +22,38 @@ import "sync"
 // between an attempt that found the key taken and the wait that follows is
 // never missed. Releases by other processes are not seen here: the head
 // polls at RetryDelay for them.
-type turns struct {
+type Queues struct {
 	mu   sync.Mutex
 	keys map[string]*queue
 }
 
 // queue is one key's waiters; waiters[0] is the head.
 type queue struct {
-	waiters []*waiter
+	waiters []*Waiter
 	// held: a lease of this Locker's won the key since its last release
 	// here, so that the next head waits for the release (or its poll)
 	// rather than sending an acquisition that would find the key taken.
 	held bool
 }
 
-// waiter is one Lock call in a queue.
-type waiter struct {
-	wake chan struct{} // buffered: a turn or a release, kept until taken
+// Waiter is one Lock call in a queue. Its Wake channel receives a turn or
+// a release, kept until taken.
+type Waiter struct {
+	Wake chan struct{} // buffered: a turn or a release, kept until taken
 }
 
-func (w *waiter) signal() {
+func (w *Waiter) signal() {
 	select {
-	case w.wake <- struct{}{}:
+	case w.Wake <- struct{}{}:
 	default: // already signalled
 	}
 }
 
-// join puts a new waiter for key at the back of its queue. first reports
+// Join puts a new waiter for key at the back of its queue. first reports
 // whether it is the head, and held whether a lease of this Locker holds
 // the key (the head then waits before its first attempt).
-func (t *turns) join(key string) (w *waiter, first, held bool) {
-	w = &waiter{wake: make(chan struct{}, 1)}
+func (t *Queues) Join(key string) (w *Waiter, first, held bool) {
+	w = &Waiter{Wake: make(chan struct{}, 1)}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.keys == nil {
@@ -63,9 +68,9 @@ func (t *turns) join(key string) (w *waiter, first, held bool) {
 	return w, len(q.waiters) == 1, q.held
 }
 
-// head reports whether w is the head of key's queue, and whether a lease
+// Head reports whether w is the head of key's queue, and whether a lease
 // of this Locker holds the key.
-func (t *turns) head(key string, w *waiter) (first, held bool) {
+func (t *Queues) Head(key string, w *Waiter) (first, held bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	q := t.keys[key]
@@ -75,9 +80,9 @@ func (t *turns) head(key string, w *waiter) (first, held bool) {
 	return q.waiters[0] == w, q.held
 }
 
-// leave takes w out of key's queue: won says it leaves with a lease. The
+// Leave takes w out of key's queue: won says it leaves with a lease. The
 // next waiter, if w was the head, becomes the head and is woken.
-func (t *turns) leave(key string, w *waiter, won bool) {
+func (t *Queues) Leave(key string, w *Waiter, won bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	q := t.keys[key]
@@ -107,9 +112,9 @@ func (t *turns) leave(key string, w *waiter, won bool) {
 	}
 }
 
-// released tells key's queue that a lease of this Locker released the key:
+// Released tells key's queue that a lease of this Locker released the key:
 // its head is woken to try at once.
-func (t *turns) released(key string) {
+func (t *Queues) Released(key string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	q := t.keys[key]
@@ -122,8 +127,8 @@ func (t *turns) released(key string) {
 	}
 }
 
-// waiting is how many Lock calls wait for key (for tests).
-func (t *turns) waiting(key string) int {
+// Waiting is how many Lock calls wait for key.
+func (t *Queues) Waiting(key string) int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if q := t.keys[key]; q != nil {

@@ -1,0 +1,59 @@
+package waitq
+
+import "testing"
+
+func woken(w *Waiter) bool {
+	select {
+	case <-w.Wake:
+		return true
+	default:
+		return false
+	}
+}
+
+// Waiters are served in arrival order: the head moves up when the one
+// before leaves, with a wake-up; a waiter behind the head is never woken
+// by a release; after a win the next head learns the key is held until
+// the release; a key no one waits for keeps nothing.
+func TestQueueOrderAndWakeUps(t *testing.T) {
+	var q Queues
+	a, first, held := q.Join("k")
+	if !first || held {
+		t.Fatalf("the first waiter: head %v, held %v", first, held)
+	}
+	b, first, _ := q.Join("k")
+	c, _, _ := q.Join("k")
+	if first || q.Waiting("k") != 3 {
+		t.Fatalf("second waiter head %v; waiting %d", first, q.Waiting("k"))
+	}
+	q.Released("k")
+	if !woken(a) || woken(b) || woken(c) {
+		t.Fatal("a release wakes the head alone")
+	}
+	q.Leave("k", c, false) // behind the head: nobody moves up
+	if woken(a) || woken(b) {
+		t.Fatal("a waiter behind the head left: nobody is woken")
+	}
+	q.Leave("k", a, true) // the head won
+	if !woken(b) {
+		t.Fatal("the next waiter is woken when the head leaves")
+	}
+	if first, held := q.Head("k", b); !first || !held {
+		t.Fatalf("after a win: head %v, held %v", first, held)
+	}
+	q.Released("k")
+	if _, held := q.Head("k", b); held || !woken(b) {
+		t.Fatal("the release clears held and wakes the head")
+	}
+	q.Released("k")
+	q.Released("k")
+	if !woken(b) || woken(b) {
+		t.Fatal("wake-ups are kept, once: two releases, one signal")
+	}
+	q.Leave("k", b, false)
+	if q.Waiting("k") != 0 || len(q.keys) != 0 {
+		t.Fatalf("an empty queue keeps nothing: %d waiting, %d keys", q.Waiting("k"), len(q.keys))
+	}
+	q.Released("k")        // no queue: nothing happens
+	q.Leave("k", b, false) // twice: harmless
+}
