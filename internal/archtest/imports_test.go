@@ -30,6 +30,8 @@ const goRedis = "github.com/redis/go-redis/v9"
 //   - redlock/internal/guard, the node guard's engine: the transport's
 //     contract (it rides with it as a wire.Rider), reply, and the support
 //     packages; never the coordinator.
+//   - redlock/internal/waitq, the queue of waiting Lock calls: the standard
+//     library only; it knows no nodes and no leases.
 //   - redlock, the coordinator: all of the above, the only package that
 //     ties them together.
 var allowed = map[string][]string{
@@ -39,7 +41,8 @@ var allowed = map[string][]string{
 	"redlock/internal/reply": {goRedis},
 	"redlock/internal/wire":  {"redlock/internal/reply", goRedis},
 	"redlock/internal/guard": {"redlock/internal/wire", "redlock/internal/reply", "clock", "drift", "internal/hashtag", goRedis},
-	"redlock":                {"clock", "drift", "quorum", "internal/hashtag", "redlock/internal/wire", "redlock/internal/guard", "redlock/internal/reply", goRedis},
+	"redlock/internal/waitq": nil,
+	"redlock":                {"clock", "drift", "quorum", "internal/hashtag", "redlock/internal/wire", "redlock/internal/guard", "redlock/internal/reply", "redlock/internal/waitq", goRedis},
 	"fence":                  {"internal/hashtag", goRedis},
 	"internal/nodeflag":      {goRedis},
 }
