@@ -251,13 +251,11 @@ func (o *Observer) node(name string) *nodeSets {
 	}
 	n = &nodeSets{server: serverAttrs(name), answers: make([][]metric.RecordOption, len(o.durationSets)), failed: make([][]metric.AddOption, len(o.durationSets))}
 	for op := range o.durationSets {
-		operation, dbName := redlock.Op(op), "EVALSHA"
-		switch {
-		case op == 0: // a fenced acquisition: dbOp
-			operation = redlock.OpAcquire
-		case operation == redlock.OpAcquire:
-			dbName = "SET"
+		operation, token := redlock.Op(op), uint64(0)
+		if op == 0 { // a fenced acquisition's slot (dbOp)
+			operation, token = redlock.OpAcquire, 1
 		}
+		dbName := dbOperation(operation, token)
 		n.answers[op] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{
 			attribute.String("db.system.name", "redis"),
 			attribute.String("db.operation.name", dbName),

@@ -108,37 +108,25 @@ func (r *Round[T]) Deliver(i int, v T, err error) {
 	}
 }
 
-// AfterAll arranges for f to run once every call of the round has
-// returned: at once, on the caller's goroutine, when they all have, and
-// otherwise inside the last Deliver, on its goroutine, after the result is
-// recorded. It reports whether f ran at once. Why: waiting for the calls a
-// decision did not wait for costs a goroutine and a channel per call, and
-// what follows them is nearly always nothing (a check of their results);
-// f decides, in the last Deliver, whether more is to be done. f must not
-// block, since Deliver never does. A round takes one f at most: a second
-// call panics.
-func (r *Round[T]) AfterAll(f func()) (ranNow bool) {
+// AfterAll keeps f to run inside the last Deliver, on its goroutine, after
+// the result is recorded, and reports true; or, when every call has
+// returned already, keeps nothing and reports false, for the caller to go on
+// at once itself. Why: waiting for the calls a decision did not wait for
+// costs a goroutine and a channel per call, and what follows them is nearly
+// always nothing (a check of their results); f decides, in the last
+// Deliver, whether more is to be done. f must not block, since Deliver
+// never does. A round keeps one f at most: a second call panics.
+func (r *Round[T]) AfterAll(f func()) (later bool) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if r.pending == 0 {
-		r.mu.Unlock()
-		f()
-		return true
+		return false
 	}
 	if r.afterAll != nil {
-		r.mu.Unlock()
 		panic("quorum: AfterAll called twice on a round")
 	}
 	r.afterAll = f
-	r.mu.Unlock()
-	return false
-}
-
-// Returned reports whether call i has returned, without waiting (and
-// without making the channel Settled would).
-func (r *Round[T]) Returned(i int) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.calls[i].returned
+	return true
 }
 
 // Len returns the number of nodes.

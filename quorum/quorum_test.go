@@ -225,13 +225,22 @@ func TestCollectWaitsForEveryNode(t *testing.T) {
 	})
 }
 
-// AfterAll runs its function exactly once, after every call has returned:
-// at once when they have, else in the last Deliver, whichever order the
-// deliveries and the AfterAll come in (each order of three deliveries
-// against the AfterAll, and concurrent deliveries under the race detector).
+// AfterAll runs its function exactly once, after every call has returned,
+// inside the last Deliver, whichever order the deliveries and the AfterAll
+// come in (each order of three deliveries against the AfterAll, and
+// concurrent deliveries under the race detector); once every call has
+// returned it keeps nothing and says so.
 func TestAfterAllRunsOnceEveryCallReturned(t *testing.T) {
 	const n = 3
-	for at := 0; at <= n; at++ { // the AfterAll after `at` deliveries
+	returned := func(r *quorum.Round[int], i int) bool {
+		select {
+		case <-r.Settled(i):
+			return true
+		default:
+			return false
+		}
+	}
+	for at := 0; at < n; at++ { // the AfterAll after `at` deliveries
 		r := quorum.Begin[int](n)
 		runs := 0
 		var sawAll bool
@@ -239,30 +248,30 @@ func TestAfterAllRunsOnceEveryCallReturned(t *testing.T) {
 			runs++
 			sawAll = true
 			for i := range n {
-				if !r.Returned(i) {
+				if !returned(r, i) {
 					sawAll = false
 				}
 			}
 		}
 		for i := range n {
-			if i == at {
-				if now := r.AfterAll(f); now {
-					t.Fatalf("after %d deliveries: AfterAll ran at once", at)
-				}
+			if i == at && !r.AfterAll(f) {
+				t.Fatalf("after %d deliveries: AfterAll kept nothing", at)
 			}
 			if runs != 0 {
 				t.Fatalf("after %d of %d deliveries: ran early", i, n)
 			}
 			r.Deliver(i, i, nil)
 		}
-		if at == n {
-			if now := r.AfterAll(f); !now {
-				t.Fatal("every call had returned: AfterAll did not run at once")
-			}
-		}
 		if runs != 1 || !sawAll {
 			t.Fatalf("AfterAll after %d deliveries: ran %d times, saw every call returned: %v", at, runs, sawAll)
 		}
+	}
+	r := quorum.Begin[int](n)
+	for i := range n {
+		r.Deliver(i, i, nil)
+	}
+	if r.AfterAll(func() { t.Error("ran after every call had returned") }) {
+		t.Fatal("every call had returned: AfterAll kept f")
 	}
 
 	for range 200 {
@@ -272,7 +281,9 @@ func TestAfterAllRunsOnceEveryCallReturned(t *testing.T) {
 		for i := range n {
 			go func() { r.Deliver(i, i, nil); done <- struct{}{} }()
 		}
-		r.AfterAll(func() { ran <- struct{}{} })
+		if !r.AfterAll(func() { ran <- struct{}{} }) {
+			ran <- struct{}{} // every call had returned: the caller goes on
+		}
 		for range n {
 			<-done
 		}
@@ -281,7 +292,7 @@ func TestAfterAllRunsOnceEveryCallReturned(t *testing.T) {
 		}
 	}
 
-	r := quorum.Begin[int](1)
+	r = quorum.Begin[int](1)
 	r.AfterAll(func() {})
 	defer func() {
 		if recover() == nil {

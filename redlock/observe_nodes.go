@@ -61,17 +61,13 @@ func (w *nodeWatch) verdict(err error) {
 // is left to report (rarely), a goroutine reports it, and Drain waits for
 // it. Nothing is started, and nothing waits, when nothing is.
 func (l *Locker) reportNodes(op Op, key string, round *quorum.Round[Outcome], tally quorum.Tally[Outcome], guarded bool) {
-	if allReturned(round) {
-		l.emitAll(l.nodeEvents(op, key, round, tally, guarded))
-		return
+	if !guarded && (op == 0 || !unanswered(tally)) {
+		return // nothing to report
 	}
 	if guarded {
 		l.emitAll(l.changes(key))
 	}
-	if !guarded && (op == 0 || !unanswered(tally)) {
-		return // nothing left to report
-	}
-	round.AfterAll(func() {
+	later := round.AfterAll(func() {
 		events := l.nodeEvents(op, key, round, tally, guarded)
 		if len(events) == 0 {
 			return
@@ -82,16 +78,9 @@ func (l *Locker) reportNodes(op Op, key string, round *quorum.Round[Outcome], ta
 			l.emitAll(events)
 		}()
 	})
-}
-
-// allReturned reports whether every call of round has returned.
-func allReturned(round *quorum.Round[Outcome]) bool {
-	for i := range round.Len() {
-		if !round.Returned(i) {
-			return false
-		}
+	if !later { // every call has returned: the rest now
+		l.emitAll(l.nodeEvents(op, key, round, tally, guarded))
 	}
-	return true
 }
 
 // nodeEvents are reportNodes' events once every call of round has

@@ -20,6 +20,20 @@ import (
 // release runs into its deadline.
 var patient = &redlock.Options{RetryDelay: time.Minute, RetryJitter: time.Millisecond}
 
+// heldByOne returns a Locker on three in-process nodes (patient: only
+// wake-ups end waits soon), a context for the test (20 s), and a lease of
+// key from the Locker, which its waiters queue behind.
+func heldByOne(t *testing.T, key string) (*redlock.Locker, context.Context, *redlock.Lease) {
+	t.Helper()
+	c := newCluster(t, 3)
+	l := newLocker(t, c.nodes(nil), patient)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	t.Cleanup(cancel)
+	holder, err := l.TryLock(ctx, key, time.Minute)
+	require.NoError(t, err)
+	return l, ctx, holder
+}
+
 // waitFor waits until n Lock calls of l wait for key.
 func waitFor(t *testing.T, l *redlock.Locker, key string, n int) {
 	t.Helper()
@@ -58,13 +72,8 @@ func queueUp(t *testing.T, ctx context.Context, l *redlock.Locker, key string, f
 // came, each woken by the release before it (no polling: Lock polls once a
 // minute here, and the test's deadline is far shorter).
 func TestLockWaitersTakeTurnsInArrivalOrder(t *testing.T) {
-	c := newCluster(t, 3)
-	l := newLocker(t, c.nodes(nil), patient)
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
 	const key = "turns"
-	holder, err := l.TryLock(ctx, key, time.Minute)
-	require.NoError(t, err)
+	l, ctx, holder := heldByOne(t, key)
 	var mu sync.Mutex
 	var order []int
 	wait := queueUp(t, ctx, l, key, 1, 6, time.Millisecond, &order, &mu)
@@ -78,13 +87,8 @@ func TestLockWaitersTakeTurnsInArrivalOrder(t *testing.T) {
 // behind others or is the head; the next waiter moves up, and the order of
 // the rest holds.
 func TestLockLeavesTheQueueWhenItsContextEnds(t *testing.T) {
-	c := newCluster(t, 3)
-	l := newLocker(t, c.nodes(nil), patient)
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
 	const key = "leaving"
-	holder, err := l.TryLock(ctx, key, time.Minute)
-	require.NoError(t, err)
+	l, ctx, holder := heldByOne(t, key)
 
 	var mu sync.Mutex
 	var order []int
@@ -116,13 +120,8 @@ func TestLockLeavesTheQueueWhenItsContextEnds(t *testing.T) {
 // A client that releases and at once locks again goes behind those already
 // waiting, however quick it is.
 func TestRelockGoesBehindTheWaiters(t *testing.T) {
-	c := newCluster(t, 3)
-	l := newLocker(t, c.nodes(nil), patient)
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
 	const key = "relock"
-	holder, err := l.TryLock(ctx, key, time.Minute)
-	require.NoError(t, err)
+	l, ctx, holder := heldByOne(t, key)
 	var mu sync.Mutex
 	var order []int
 	wait := queueUp(t, ctx, l, key, 1, 2, 5*time.Millisecond, &order, &mu)

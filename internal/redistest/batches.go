@@ -1,6 +1,7 @@
 // Package redistest holds go-redis helpers for the module's tests: a hook
 // that shows how a client's commands went out and can hold them (Batches),
-// and a server's error reply as go-redis reads it (ServerError).
+// a server's error reply as go-redis reads it (ServerError), and a node
+// whose slot migrates (MigratingSlot).
 package redistest
 
 import (

@@ -150,7 +150,8 @@ func narrowed(c Command, err error) (Command, bool) {
 // connection, and the rider's commands (guarded), which must follow the
 // command to vouch for the memory it found. Both go with c as one
 // pipeline: a script as EVALSHA, then with EVAL (and a second WAIT) after
-// NOSCRIPT. On a Redis Cluster node the pipeline goes to the master of c's
+// NOSCRIPT, and in its single-key form after TRYAGAIN (narrowed); each
+// resend's WAIT has what is left of the call's time. On a Redis Cluster node the pipeline goes to the master of c's
 // slot and follows its MOVED and ASK redirections itself (see
 // clusterRoute), since it bypasses the ClusterClient's own.
 func (d *Direct[R]) sendPaired(ctx context.Context, c Command, w *Wait, guarded bool) Reply {
@@ -163,13 +164,19 @@ func (d *Direct[R]) sendPaired(ctx context.Context, c Command, w *Wait, guarded 
 	if err != nil {
 		return failed(ctx, err)
 	}
-	args := c.Wire()
 	var waitArgs []any
-	if w != nil {
-		waitArgs = w.args
-	}
-	suspect := false // a NOSCRIPT: the node's script cache is new
-	for {
+	suspect := false // a NOSCRIPT: the node's script cache is new, and scripts go as EVAL
+	for resend := false; ; resend = true {
+		args := c.Wire()
+		if suspect {
+			args = append([]any{"eval", c.Script.Src}, args[2:]...)
+		}
+		if w != nil {
+			waitArgs = w.args
+			if resend {
+				waitArgs = w.within(ctx) // what is left of the call's time
+			}
+		}
 		pipe := route.conn.Pipeline()
 		if route.asking {
 			_ = pipe.Process(ctx, redis.NewStatusCmd(ctx, "asking"))
@@ -195,28 +202,15 @@ func (d *Direct[R]) sendPaired(ctx context.Context, c Command, w *Wait, guarded 
 		sent := time.Now()
 		exec(ctx, pipe)
 		received := time.Now()
-		if c.Script != nil && args[0] == "evalsha" && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
-			args = append([]any{"eval", c.Script.Src}, args[2:]...)
-			if w != nil {
-				waitArgs = w.within(ctx)
-			}
+		if c.Script != nil && !suspect && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			suspect = true
 			continue
 		}
 		if route.follow(ctx, cmd.Err()) {
-			if w != nil {
-				waitArgs = w.within(ctx)
-			}
 			continue
 		}
 		if one, ok := narrowed(c, cmd.Err()); ok {
-			c, args = one, one.Wire()
-			if suspect { // the node lost its scripts: go as EVAL at once
-				args = append([]any{"eval", c.Script.Src}, args[2:]...)
-			}
-			if w != nil {
-				waitArgs = w.within(ctx)
-			}
+			c = one
 			continue
 		}
 		r := Reply{Cmd: cmd}

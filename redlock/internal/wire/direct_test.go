@@ -1,71 +1,16 @@
 package wire
 
 import (
-	"context"
-	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/internal/redistest"
 )
-
-// tryAgainError is a Redis Cluster node's refusal of a command naming
-// several keys of a migrating slot, of which it holds only some.
-type tryAgainError struct{}
-
-func (tryAgainError) Error() string {
-	return "TRYAGAIN Multiple keys request during rehashing of slot"
-}
-func (tryAgainError) RedisError() {}
-
-// migratingSlot is a go-redis hook that makes a node answer as a node whose
-// slot migrates: every script naming more than one key gets TRYAGAIN
-// (miniredis has no cluster). It answers WAIT itself, which miniredis lacks.
-type migratingSlot struct{}
-
-func (migratingSlot) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (migratingSlot) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if refused(cmd) {
-			cmd.SetErr(tryAgainError{})
-			return cmd.Err()
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (migratingSlot) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		var sent []redis.Cmder
-		for _, c := range cmds {
-			switch {
-			case refused(c):
-				c.SetErr(tryAgainError{})
-			case c.Name() == "wait":
-				c.(*redis.Cmd).SetVal(int64(1))
-			default:
-				sent = append(sent, c)
-			}
-		}
-		if len(sent) == 0 {
-			return nil
-		}
-		return next(ctx, sent)
-	}
-}
-
-// refused reports whether cmd is a script naming more than one key.
-func refused(cmd redis.Cmder) bool {
-	name := strings.ToLower(cmd.Name())
-	if name != "evalsha" && name != "eval" {
-		return false
-	}
-	n, _ := cmd.Args()[2].(int)
-	return n > 1
-}
 
 // replies is a Receiver that hands each reply over.
 type replies chan Reply
@@ -80,7 +25,9 @@ func TestDirectSendsTheSingleKeyFormOnTryAgain(t *testing.T) {
 	m := miniredis.RunT(t)
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { client.Close() })
-	client.AddHook(migratingSlot{})
+	var migrating atomic.Bool
+	migrating.Store(true)
+	client.AddHook(&redistest.MigratingSlot{Server: m, Migrating: &migrating, AnswerWait: true})
 	require.NoError(t, m.Set("k", "v"))
 
 	withForm := loadScript("extend", "GET, PEXPIRE, SET")
