@@ -163,6 +163,13 @@ func (l *Locker) awaitTurn(ctx context.Context, key string, w *waitq.Waiter, pol
 		if first, _ := l.turns.Head(key, w); !first {
 			select {
 			case <-w.Wake: // moved up, perhaps to the head
+				// One wake-up may stand for two (the head left, and the
+				// key was released) and a release may have gone to a head
+				// that left without taking it: a new head that finds the
+				// key not held here tries at once.
+				if first, held := l.turns.Head(key, w); first && !held {
+					return true
+				}
 				continue
 			case <-ctx.Done():
 				return false

@@ -239,3 +239,65 @@ func TestSplitVotesKeepGrantingLeases(t *testing.T) {
 	t.Logf("leases granted in 2s: %d with the backoff, %d without (the control)", safe, control)
 	require.GreaterOrEqual(t, safe, 20, "leases granted with the split backoff")
 }
+
+// headMarker marks the context of the head whose attempt is held up.
+type headMarker struct{}
+
+// A release by this Locker that wakes the head while the head is giving up
+// (its ctx ends during its attempt) is not lost: the head leaves without
+// taking it, and the next waiter, moved up with the key not held here,
+// tries at once. Lock polls once a minute here (patient): before the fix
+// (found by an attack review) the next waiter took its promotion as the
+// only wake-up and ran into its deadline with the key free.
+func TestReleaseToAHeadThatLeavesIsPassedOn(t *testing.T) {
+	c := newCluster(t, 3)
+	var armed atomic.Bool
+	nodes := c.nodes(func(_ int, n redlock.Node) redlock.Node {
+		return &hookNode{Node: n, beforeDo: func(ctx context.Context, args []any) error {
+			if !strings.EqualFold(fmt.Sprint(args[0]), "set") || ctx.Value(headMarker{}) == nil || !armed.Load() {
+				return nil
+			}
+			bctx := ctx.Value(headMarker{}).(context.Context)
+			<-bctx.Done() // B's attempt is in flight until B gives up
+			return bctx.Err()
+		}}
+	})
+	l := newLocker(t, nodes, patient)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	const key = "lost-wake"
+	holder, err := l.TryLock(ctx, key, time.Minute)
+	require.NoError(t, err)
+	armed.Store(true)
+
+	bctx, cancelB := context.WithCancel(ctx)
+	bctx = context.WithValue(bctx, headMarker{}, bctx)
+	bDone := make(chan error, 1)
+	go func() {
+		_, err := l.Lock(bctx, key, time.Minute)
+		bDone <- err
+	}()
+	waitFor(t, l, key, 1)
+	time.Sleep(50 * time.Millisecond) // B is in its first attempt (blocked)
+
+	cctx, cancelC := context.WithTimeout(ctx, 3*time.Second)
+	defer cancelC()
+	cDone := make(chan error, 1)
+	go func() {
+		lease, err := l.Lock(cctx, key, time.Minute)
+		if err == nil {
+			_ = lease.Unlock(context.Background())
+		}
+		cDone <- err
+	}()
+	waitFor(t, l, key, 2)
+
+	require.NoError(t, holder.Unlock(ctx)) // wakes the head, B
+	cancelB()                              // B gives up before using the wake-up
+	require.ErrorIs(t, <-bDone, context.Canceled)
+	armed.Store(false)
+
+	start := time.Now()
+	err = <-cDone
+	require.NoError(t, err, "the key was free (released by this Locker) %v before C gave up", time.Since(start))
+}
