@@ -11,3 +11,25 @@ func NoSplitBackoff() (restore func()) {
 	splitBackoffOff.Store(true)
 	return func() { splitBackoffOff.Store(false) }
 }
+
+// BeforeListen runs f between each Lock's first failed attempt and its
+// subscription to the key's release notices; the returned function
+// restores it.
+func BeforeListen(f func()) (restore func()) {
+	beforeListen.Store(&f)
+	return func() { beforeListen.Store(nil) }
+}
+
+// NoRetryAfterListen drops the attempt that follows a Lock's subscription
+// (the lost-wake-up test's control); the returned function restores it.
+func NoRetryAfterListen() (restore func()) {
+	noRetryAfterListen.Store(true)
+	return func() { noRetryAfterListen.Store(false) }
+}
+
+// Listening is how many nodes confirmed l's subscription to key's release
+// notices.
+func Listening(l *Locker, key string) int { return l.notices.Confirmed(key) }
+
+// Subscribers is how many subscriber connections l has open.
+func Subscribers(l *Locker) int { return l.notices.Connections() }

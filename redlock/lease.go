@@ -376,6 +376,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	detached := context.WithoutCancel(ctx)
 	start := lk.opts.Clock.Now()
 	timing := lk.timing()
+	lk.notices.Expect(l.key, l.value) // this Locker wakes its own waiters: Released below
 	round := lk.release(ctx, l.key, l.value, l.acquired, ttl, timing, nil)
 	tally := round.Decide(detached, lk.opts.NodeTimeout, granted)
 	lk.turns.Released(l.key) // the next Lock waiting here tries at once

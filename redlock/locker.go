@@ -10,6 +10,7 @@ import (
 
 	"github.com/redlock/redlock/drift"
 	"github.com/redlock/redlock/quorum"
+	"github.com/redlock/redlock/redlock/internal/notice"
 	"github.com/redlock/redlock/redlock/internal/waitq"
 	"github.com/redlock/redlock/redlock/internal/wire"
 )
@@ -28,6 +29,7 @@ type Locker struct {
 	inflight tracker      // every call in flight, for Drain
 	releases releases     // releases in flight, which acquisitions wait for
 	turns    waitq.Queues // Lock calls waiting for each key, in order
+	notices  *notice.Hub  // release notices for the keys Lock waits for (nil: Options.NoWakeUps)
 	durable  durableCheck
 	// pipelined: some node has a pipeline, which shares a round's command
 	// in its wire form (wire.Command.Bind)
@@ -62,6 +64,9 @@ func New(nodes []Node, opts *Options) (*Locker, error) {
 	l := &Locker{nodes: ns, opts: o, bound: o.bound()}
 	for _, n := range ns {
 		l.pipelined = l.pipelined || n.pipelined
+	}
+	if !o.NoWakeUps {
+		l.notices = newNotices(ns, &l.turns, o.NodeTimeout)
 	}
 	return l, nil
 }
@@ -107,15 +112,31 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 	// an attempt that found the key taken wakes this call (see package waitq).
 	w, first, held := l.turns.Join(key)
 	won := false
-	defer func() { l.turns.Leave(key, w, won) }()
+	// Listening for releases elsewhere (other processes) while the key is
+	// contended: at once behind other waiters, else after a failed attempt.
+	var listen *notice.Listener
+	if !first {
+		listen = l.notices.Listen(key)
+	}
+	defer func() {
+		l.turns.Leave(key, w, won)
+		listen.Stop()
+	}()
 	var decided error       // the last attempt that the nodes, not ctx, decided
 	attempts, split := 0, 0 // split: attempts lost in a row with some nodes granted
+	heard := false          // listen was confirmed (or waited for) before an attempt
 	ready := first && !held
 	for {
 		if !ready && !l.awaitTurn(ctx, key, w, l.retryWait()+l.splitBackoff(split)) {
 			break // ctx ended
 		}
 		ready = false
+		if listen != nil && !heard {
+			// The attempt goes after the subscription is confirmed, so a
+			// release after it is heard (see package notice).
+			heard = true
+			listen.Ready(ctx, l.needHeard(), l.opts.NodeTimeout)
+		}
 		attempts++
 		var lease *Lease
 		lease, err = l.attempt(ctx, req, attempts)
@@ -136,6 +157,16 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 			split++
 		} else {
 			split = 0
+		}
+		if listen == nil {
+			// The first attempt found the key taken: listen, and try again
+			// once listening, so that no release after that try is missed.
+			if f := beforeListen.Load(); f != nil {
+				(*f)()
+			}
+			if listen = l.notices.Listen(key); listen != nil && split == 0 && !noRetryAfterListen.Load() {
+				ready = true
+			}
 		}
 	}
 	if decided == nil {
@@ -191,6 +222,15 @@ func (l *Locker) awaitTurn(ctx context.Context, key string, w *waitq.Waiter, pol
 		}
 	}
 }
+
+// beforeListen, where set, runs between Lock's first failed attempt and
+// its Listen; noRetryAfterListen skips the attempt that follows the
+// Listen. Both are for the lost-wake-up test and its control
+// (export_test.go), never set otherwise.
+var (
+	beforeListen       atomic.Pointer[func()]
+	noRetryAfterListen atomic.Bool
+)
 
 // splitBackoffOff turns splitBackoff off: the control of the livelock test
 // (export_test.go), never set otherwise.
@@ -319,6 +359,7 @@ func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error
 	if timing != nil {
 		releaseTiming = l.timing()
 	}
+	l.notices.Expect(req.key, value) // its own waiters are not woken by its own give-up
 	released := l.release(ctx, req.key, value, round, req.granted, releaseTiming, refusedIn(round))
 	if timing != nil {
 		// Before waiting for the granted nodes: the release's report

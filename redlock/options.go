@@ -104,6 +104,19 @@ type Options struct {
 	// Other Node types (ClusterClient, Ring, wrappers) are never pipelined.
 	NoAutoPipeline bool
 
+	// NoWakeUps turns off release notices: Lock then hears of a release by
+	// another Locker (another process) only at its next poll, RetryDelay
+	// later. With them (the default), each release publishes the released
+	// value on the key's release channel (SPUBLISH where the server has
+	// it, else PUBLISH; never failing the release), and a Locker whose Lock
+	// waits for a key listens there, on one subscriber connection per node
+	// (per shard of a Redis Cluster node), kept only while some Lock waits.
+	// A notice only wakes the waiter early: it still wins by the quorum,
+	// and still polls (pub/sub loses messages over a reconnect, and an
+	// expired key publishes nothing). Nodes that are not go-redis clients
+	// (wrappers) are polled only.
+	NoWakeUps bool
+
 	// WaitReplicas makes a node's grant count only once that many of its
 	// replicas acknowledged it: acquisitions, extensions and both fencing
 	// phases are followed, on the same connection, by WAIT WaitReplicas

@@ -32,19 +32,22 @@ const goRedis = "github.com/redis/go-redis/v9"
 //     packages; never the coordinator.
 //   - redlock/internal/waitq, the queue of waiting Lock calls: the standard
 //     library only; it knows no nodes and no leases.
+//   - redlock/internal/notice, release notices (pub/sub wake-ups): go-redis
+//     and hashtag; it knows channels, not locks.
 //   - redlock, the coordinator: all of the above, the only package that
 //     ties them together.
 var allowed = map[string][]string{
-	"clock":                  nil,
-	"drift":                  nil,
-	"quorum":                 nil,
-	"redlock/internal/reply": {goRedis},
-	"redlock/internal/wire":  {"redlock/internal/reply", goRedis},
-	"redlock/internal/guard": {"redlock/internal/wire", "redlock/internal/reply", "clock", "drift", "internal/hashtag", goRedis},
-	"redlock/internal/waitq": nil,
-	"redlock":                {"clock", "drift", "quorum", "internal/hashtag", "redlock/internal/wire", "redlock/internal/guard", "redlock/internal/reply", "redlock/internal/waitq", goRedis},
-	"fence":                  {"internal/hashtag", goRedis},
-	"internal/nodeflag":      {goRedis},
+	"clock":                   nil,
+	"drift":                   nil,
+	"quorum":                  nil,
+	"redlock/internal/reply":  {goRedis},
+	"redlock/internal/wire":   {"redlock/internal/reply", goRedis},
+	"redlock/internal/guard":  {"redlock/internal/wire", "redlock/internal/reply", "clock", "drift", "internal/hashtag", goRedis},
+	"redlock/internal/waitq":  nil,
+	"redlock/internal/notice": {"internal/hashtag", goRedis},
+	"redlock":                 {"clock", "drift", "quorum", "internal/hashtag", "redlock/internal/wire", "redlock/internal/guard", "redlock/internal/reply", "redlock/internal/waitq", "redlock/internal/notice", goRedis},
+	"fence":                   {"internal/hashtag", goRedis},
+	"internal/nodeflag":       {goRedis},
 }
 
 type pkg struct {

@@ -3,7 +3,30 @@
 -- value is there (which must never be deleted).
 local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] then
-	return redis.call("DEL", KEYS[1])
+	local deleted = redis.call("DEL", KEYS[1])
+	-- Wake the key's waiters (internal/notice): the released value on the
+	-- key's release channel, which hashes to the key's slot (as Go's
+	-- hashtag.Beside names it: KEYS[1] .. suffix if it has a {tag}, else
+	-- "{" .. KEYS[1] .. "}" .. suffix; none for a key with '}' but no
+	-- tag). Sharded where the server has SPUBLISH (Redis 7+, Valkey), so a
+	-- Redis Cluster node tells only the key's shard; PUBLISH otherwise. A
+	-- notice is a hint (waiters still poll): pcall, so that an ACL that
+	-- denies publishing never fails a release.
+	local key, channel = KEYS[1], nil
+	local open = string.find(key, "{", 1, true)
+	local close = open and string.find(key, "}", open + 1, true)
+	if close and close > open + 1 then
+		channel = key .. ":redlock-released"
+	elseif not string.find(key, "}", 1, true) then
+		channel = "{" .. key .. "}:redlock-released"
+	end
+	if channel then
+		local r = redis.pcall("SPUBLISH", channel, ARGV[1])
+		if type(r) == "table" and r.err then
+			redis.pcall("PUBLISH", channel, ARGV[1])
+		end
+	end
+	return deleted
 elseif v == false then
 	-- A missing key on a replica (a demoted primary, reached on a
 	-- connection opened before the failover) is the lagging copy's word,

@@ -127,6 +127,18 @@ func (t *Queues) Released(key string) {
 	}
 }
 
+// Notice tells key's queue that the key was released elsewhere (another
+// process's lease, heard on its release channel): its head is woken to try
+// at once, unless a lease of this Locker holds the key (the notice is then
+// an old one).
+func (t *Queues) Notice(key string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if q := t.keys[key]; q != nil && !q.held && len(q.waiters) > 0 {
+		q.waiters[0].signal()
+	}
+}
+
 // Waiting is how many Lock calls wait for key.
 func (t *Queues) Waiting(key string) int {
 	t.mu.Lock()

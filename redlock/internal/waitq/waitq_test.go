@@ -57,3 +57,33 @@ func TestQueueOrderAndWakeUps(t *testing.T) {
 	q.Released("k")        // no queue: nothing happens
 	q.Leave("k", b, false) // twice: harmless
 }
+
+// A notice (a release elsewhere) wakes only the head, and none while a
+// lease of this Locker holds the key (an old notice); nothing for a key
+// no one waits for.
+func TestNoticeWakesTheHeadUnlessHeldHere(t *testing.T) {
+	var q Queues
+	q.Notice("k") // no one waits: nothing kept
+	a, _, _ := q.Join("k")
+	b, _, _ := q.Join("k")
+	q.Notice("k")
+	if !woken(a) || woken(b) {
+		t.Fatal("a notice wakes the head alone")
+	}
+	q.Leave("k", a, true) // a won: held here
+	if !woken(b) {
+		t.Fatal("b moved up")
+	}
+	q.Notice("k")
+	if woken(b) {
+		t.Fatal("a notice while a lease of this Locker holds the key woke the head")
+	}
+	q.Released("k")
+	if !woken(b) {
+		t.Fatal("the release wakes the head")
+	}
+	q.Notice("k")
+	if !woken(b) {
+		t.Fatal("once released here, notices wake the head again")
+	}
+}

@@ -1,0 +1,335 @@
+// Package notice wakes a Locker's waiters when a key they wait for is
+// released anywhere, by any process: the release script publishes the
+// released value on the key's release channel (Channel), and a Hub keeps,
+// per node, one subscriber connection listening on the channels of the
+// keys its Locker has waiters for.
+//
+// A notice is a hint, never a grant: the woken waiter still wins or loses
+// by the quorum, and still polls (pub/sub drops messages while a
+// subscriber reconnects, and an expired key publishes nothing). What the
+// Hub adds is that a release is heard within a round trip instead of at
+// the next poll.
+//
+// No missed wake-up: Listener.Ready waits until enough nodes confirmed the
+// subscription, and the waiter's next attempt is sent after that, so a
+// release after that attempt publishes to a subscribed connection on every
+// confirmed node (a node orders the confirmation before the attempt, and
+// the attempt before the release).
+package notice
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock/redlock/internal/hashtag"
+)
+
+// Suffix names a key's release channel: see Channel. The release script
+// (redlock/scripts/release.lua) names it the same way.
+const Suffix = ":redlock-released"
+
+// Channel is key's release channel, in key's hash slot (so that a Redis
+// Cluster shard publishes it from a script that names only key); ok is
+// false for a key that cannot carry a hash tag (it is then polled only).
+func Channel(key string) (channel string, ok bool) {
+	c, err := hashtag.Beside(key, Suffix)
+	return c, err == nil
+}
+
+// Client is a node that can carry subscriptions: *redis.Client (also
+// Sentinel's failover client) and, per shard, *redis.ClusterClient (see
+// Subscribable).
+type Client interface {
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
+	Do(ctx context.Context, args ...any) *redis.Cmd
+}
+
+// Source gives the client a channel's subscription goes to, and a name
+// for its connection: the node itself, or a Redis Cluster's shard.
+type Source func(ctx context.Context, channel string) (c Client, conn string, err error)
+
+// Subscribable returns the Source of a node, or nil when the node cannot
+// subscribe (a wrapper that is not a go-redis client): its releases are
+// then heard by polling only.
+func Subscribable(node any) Source {
+	switch c := node.(type) {
+	case *redis.ClusterClient:
+		// One connection per shard: a sharded channel is served by the
+		// master of its slot.
+		return func(ctx context.Context, channel string) (Client, string, error) {
+			shard, err := c.MasterForKey(ctx, channel)
+			if err != nil {
+				return nil, "", err
+			}
+			return shard, shard.Options().Addr, nil
+		}
+	case Client:
+		return func(context.Context, string) (Client, string, error) { return c, "", nil }
+	}
+	return nil
+}
+
+// Options tune a Hub.
+type Options struct {
+	// Timeout bounds each probe and subscription call.
+	Timeout time.Duration
+	// Ping is how long a connection may stay silent before it is pinged,
+	// and, once pinged, before it is taken for dead and reopened.
+	Ping time.Duration
+}
+
+// Hub is a Locker's subscriptions: per node, at most one connection (per
+// shard, on a Redis Cluster node), subscribed to the release channels of
+// the keys listened for, and closed when none are left.
+type Hub struct {
+	nodes   []*node // nil: the node cannot subscribe
+	deliver func(key string)
+	opts    Options
+
+	mu      sync.Mutex
+	keys    map[string]*listened // by key
+	byChan  map[string]string    // channel -> key
+	changed chan struct{}        // closed (and replaced) at every confirmation
+}
+
+// listened is one key listened for.
+type listened struct {
+	channel string
+	refs    int
+	recent  [4]string // the last values noticed or expected, not delivered again
+	next    int
+}
+
+// New returns a Hub over sources (nil where a node cannot subscribe) that
+// calls deliver with the key of each new notice. deliver must not block.
+func New(sources []Source, deliver func(key string), opts Options) *Hub {
+	if opts.Timeout <= 0 {
+		opts.Timeout = time.Second
+	}
+	if opts.Ping <= 0 {
+		opts.Ping = 15 * time.Second
+	}
+	h := &Hub{deliver: deliver, opts: opts, keys: map[string]*listened{}, byChan: map[string]string{}, changed: make(chan struct{})}
+	for _, s := range sources {
+		var n *node
+		if s != nil {
+			n = &node{hub: h, source: s, conns: map[string]*conn{}}
+		}
+		h.nodes = append(h.nodes, n)
+	}
+	return h
+}
+
+// Nodes is how many nodes can subscribe.
+func (h *Hub) Nodes() int {
+	if h == nil {
+		return 0
+	}
+	n := 0
+	for _, nd := range h.nodes {
+		if nd != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// Listener is one waiter's hold on a key's subscription.
+type Listener struct {
+	hub     *Hub
+	key     string
+	channel string
+	once    sync.Once
+}
+
+// Listen subscribes to key's release channel on every node that can
+// subscribe, unless the key is listened for already. It does not wait:
+// see Ready. It returns nil for a key with no release channel, or when
+// no node can subscribe; a nil Listener's methods do nothing.
+func (h *Hub) Listen(key string) *Listener {
+	if h == nil || h.Nodes() == 0 {
+		return nil
+	}
+	channel, ok := Channel(key)
+	if !ok {
+		return nil
+	}
+	h.mu.Lock()
+	k := h.keys[key]
+	first := k == nil
+	if first {
+		k = &listened{channel: channel}
+		h.keys[key] = k
+		h.byChan[channel] = key
+	}
+	k.refs++
+	h.mu.Unlock()
+	if first {
+		for _, n := range h.nodes {
+			if n != nil {
+				n.add(channel)
+			}
+		}
+	}
+	return &Listener{hub: h, key: key, channel: channel}
+}
+
+// Stop gives up this hold; the last one unsubscribes the channel, and a
+// connection left with no channel closes.
+func (l *Listener) Stop() {
+	if l == nil {
+		return
+	}
+	l.once.Do(func() {
+		h := l.hub
+		h.mu.Lock()
+		k := h.keys[l.key]
+		last := k != nil && k.refs == 1
+		if k != nil {
+			k.refs--
+		}
+		if last {
+			delete(h.keys, l.key)
+			delete(h.byChan, l.channel)
+		}
+		h.mu.Unlock()
+		if last {
+			for _, n := range h.nodes {
+				if n != nil {
+					n.remove(l.channel)
+				}
+			}
+		}
+	})
+}
+
+// Ready waits until at least need nodes confirmed the key's subscription,
+// or timeout, or ctx ends, and returns how many had. An attempt sent after
+// Ready returned k hears every release after it on those k nodes.
+func (l *Listener) Ready(ctx context.Context, need int, timeout time.Duration) int {
+	if l == nil {
+		return 0
+	}
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		l.hub.mu.Lock()
+		changed := l.hub.changed
+		l.hub.mu.Unlock()
+		got := l.hub.confirmed(l.channel)
+		if got >= need {
+			return got
+		}
+		if timer == nil {
+			timer = time.NewTimer(timeout)
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return l.hub.confirmed(l.channel)
+		case <-ctx.Done():
+			return got
+		}
+	}
+}
+
+// Confirmed is how many nodes confirmed key's subscription now.
+func (h *Hub) Confirmed(key string) int {
+	if h == nil {
+		return 0
+	}
+	channel, ok := Channel(key)
+	if !ok {
+		return 0
+	}
+	return h.confirmed(channel)
+}
+
+func (h *Hub) confirmed(channel string) int {
+	n := 0
+	for _, nd := range h.nodes {
+		if nd != nil && nd.confirmed(channel) {
+			n++
+		}
+	}
+	return n
+}
+
+// Expect marks value as a release this Locker is making itself (Unlock):
+// its notices are not delivered, since the Locker wakes its own waiters.
+func (h *Hub) Expect(key, value string) {
+	if h == nil {
+		return
+	}
+	h.mu.Lock()
+	if k := h.keys[key]; k != nil {
+		k.remember(value)
+	}
+	h.mu.Unlock()
+}
+
+// Connections is how many subscriber connections are open, over all nodes.
+func (h *Hub) Connections() int {
+	if h == nil {
+		return 0
+	}
+	n := 0
+	for _, nd := range h.nodes {
+		if nd != nil {
+			nd.mu.Lock()
+			n += len(nd.conns)
+			nd.mu.Unlock()
+		}
+	}
+	return n
+}
+
+// notice is a message on channel: the released value.
+func (h *Hub) notice(channel, value string) {
+	if value == "" {
+		return // a probe (see conn.probe)
+	}
+	h.mu.Lock()
+	key, ok := h.byChan[channel]
+	k := h.keys[key]
+	if !ok || k == nil || k.seen(value) {
+		h.mu.Unlock()
+		return
+	}
+	k.remember(value)
+	h.mu.Unlock()
+	h.deliver(key)
+}
+
+// signal wakes Ready's waits: a confirmation changed.
+func (h *Hub) signal() {
+	h.mu.Lock()
+	close(h.changed)
+	h.changed = make(chan struct{})
+	h.mu.Unlock()
+}
+
+func (k *listened) seen(value string) bool {
+	for _, v := range k.recent {
+		if v == value {
+			return true
+		}
+	}
+	return false
+}
+
+func (k *listened) remember(value string) {
+	if k.seen(value) {
+		return
+	}
+	k.recent[k.next] = value
+	k.next = (k.next + 1) % len(k.recent)
+}

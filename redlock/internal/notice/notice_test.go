@@ -1,0 +1,180 @@
+package notice_test
+
+import (
+	"context"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/internal/faultnet"
+	"github.com/redlock/redlock/redlock/internal/notice"
+)
+
+// releaseLua is the coordinator's release script (redlock/scripts).
+var releaseLua = func() string {
+	b, err := os.ReadFile("../../scripts/release.lua")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
+
+// heard collects the keys a Hub delivers.
+type heard struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+func (h *heard) deliver(key string) {
+	h.mu.Lock()
+	h.keys = append(h.keys, key)
+	h.mu.Unlock()
+}
+
+func (h *heard) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.keys)
+}
+
+// release runs the release script for key and value on c, as a lease's
+// Unlock does: value is set first, so that the script deletes it and
+// publishes.
+func release(t *testing.T, c *redis.Client, key, value string) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, c.Set(ctx, key, value, time.Minute).Err())
+	n, err := c.Eval(ctx, releaseLua, []string{key}, value).Int()
+	require.NoError(t, err)
+	require.Equal(t, 1, n)
+}
+
+func client(t *testing.T, addr string) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// The release script names the channel as Channel does, for every shape of
+// key: plain, tagged, with an empty tag, and with '}' but no tag (none).
+func TestScriptPublishesOnTheKeysChannel(t *testing.T) {
+	m := miniredis.RunT(t)
+	c := client(t, m.Addr())
+	ctx := context.Background()
+	for _, key := range []string{"orders:42", "{user:7}:cart", "a{}b", "x}y", "{}"} {
+		t.Run(key, func(t *testing.T) {
+			want, ok := notice.Channel(key)
+			ps := c.PSubscribe(ctx, "*")
+			defer ps.Close()
+			_, err := ps.ReceiveTimeout(ctx, time.Second) // the confirmation
+			require.NoError(t, err)
+			release(t, c, key, "v1")
+			msg, err := ps.ReceiveTimeout(ctx, 300*time.Millisecond)
+			if !ok {
+				require.Error(t, err, "a key with no release channel publishes nothing")
+				return
+			}
+			require.NoError(t, err)
+			m, isMsg := msg.(*redis.Message)
+			require.True(t, isMsg, "%#v", msg)
+			assert.Equal(t, want, m.Channel)
+			assert.Equal(t, "v1", m.Payload, "the released value")
+		})
+	}
+}
+
+// A notice reaches the Hub once its subscription is confirmed; the same
+// value again (another node's copy of one release), an expected value
+// (the Locker's own release) and an empty probe are not delivered; the
+// last Stop closes the connection.
+func TestHubDeliversEachReleaseOnce(t *testing.T) {
+	nodes := []*miniredis.Miniredis{miniredis.RunT(t), miniredis.RunT(t), miniredis.RunT(t)}
+	var clients []*redis.Client
+	var sources []notice.Source
+	for _, m := range nodes {
+		c := client(t, m.Addr())
+		clients = append(clients, c)
+		sources = append(sources, notice.Subscribable(c))
+	}
+	var got heard
+	h := notice.New(sources, got.deliver, notice.Options{Timeout: time.Second})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+
+	l := h.Listen("k")
+	require.NotNil(t, l)
+	second := h.Listen("k") // another waiter: the same subscription
+	require.Equal(t, 3, l.Ready(ctx, 3, 5*time.Second), "every node confirmed")
+	assert.Equal(t, 3, h.Connections(), "one connection per node")
+
+	for _, c := range clients { // one release, on every node
+		release(t, c, "k", "v1")
+	}
+	require.Eventually(t, func() bool { return got.count() == 1 }, 5*time.Second, time.Millisecond)
+	h.Expect("k", "v2")
+	for _, c := range clients {
+		release(t, c, "k", "v2")                                          // the Locker's own
+		require.NoError(t, c.Publish(ctx, "{k}"+notice.Suffix, "").Err()) // a probe
+	}
+	release(t, clients[1], "k", "v3")
+	require.Eventually(t, func() bool { return got.count() == 2 }, 5*time.Second, time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	assert.Equal(t, []string{"k", "k"}, got.keys, "v1 once, v2 never, v3 once")
+
+	l.Stop()
+	l.Stop() // twice is once
+	assert.Equal(t, 3, h.Connections(), "another waiter still listens")
+	second.Stop()
+	require.Eventually(t, func() bool { return h.Connections() == 0 }, 5*time.Second, time.Millisecond, "no key listened: no connection")
+	for _, m := range nodes {
+		require.Eventually(t, func() bool { return len(m.PubSubChannels("")) == 0 }, 5*time.Second, time.Millisecond, "unsubscribed")
+	}
+}
+
+// A subscriber connection that drops is reopened and subscribed again:
+// its confirmation goes while it is down, comes back, and notices flow
+// again.
+func TestHubResubscribesAfterTheConnectionDrops(t *testing.T) {
+	m := miniredis.RunT(t)
+	p, err := faultnet.Listen(m.Addr())
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close() })
+	c := client(t, p.Addr())
+	var got heard
+	h := notice.New([]notice.Source{notice.Subscribable(c)}, got.deliver, notice.Options{Timeout: time.Second})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	l := h.Listen("k")
+	defer l.Stop()
+	require.Equal(t, 1, l.Ready(ctx, 1, 5*time.Second))
+
+	p.SetDown(true)
+	p.DropConnections()
+	require.Eventually(t, func() bool { return h.Confirmed("k") == 0 }, 5*time.Second, time.Millisecond, "a dropped connection confirms nothing")
+	release(t, client(t, m.Addr()), "k", "lost") // while down: lost, as pub/sub loses it
+	p.SetDown(false)
+	require.Equal(t, 1, l.Ready(ctx, 1, 5*time.Second), "subscribed again")
+	release(t, client(t, m.Addr()), "k", "v1")
+	require.Eventually(t, func() bool { return got.count() == 1 }, 5*time.Second, time.Millisecond)
+}
+
+// A node that is not a go-redis client cannot subscribe; a Hub with none
+// listens to nothing, and a key with no release channel is not listened.
+func TestHubWithoutSubscribers(t *testing.T) {
+	assert.Nil(t, notice.Subscribable(struct{}{}))
+	h := notice.New([]notice.Source{nil}, func(string) {}, notice.Options{})
+	assert.Zero(t, h.Nodes())
+	assert.Nil(t, h.Listen("k"))
+	m := miniredis.RunT(t)
+	h = notice.New([]notice.Source{notice.Subscribable(client(t, m.Addr()))}, func(string) {}, notice.Options{})
+	assert.Nil(t, h.Listen("x}y"))
+	var nilListener *notice.Listener
+	nilListener.Stop()
+	assert.Zero(t, nilListener.Ready(t.Context(), 1, time.Millisecond))
+}

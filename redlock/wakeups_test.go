@@ -1,0 +1,128 @@
+package redlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/redlock"
+)
+
+// twoLockers returns two Lockers (two processes, as far as the queue
+// knows) on the same three in-process nodes, b with opts, and a lease of
+// key held by a.
+func twoLockers(t *testing.T, key string, opts redlock.Options) (a, b *redlock.Locker, held *redlock.Lease) {
+	t.Helper()
+	c := newCluster(t, 3)
+	a = newLocker(t, c.nodes(nil), patient)
+	b = newLocker(t, c.nodes(nil), &opts)
+	held, err := a.TryLock(t.Context(), key, time.Minute)
+	require.NoError(t, err)
+	return a, b, held
+}
+
+// lockSoon runs l.Lock(key) with a deadline of within, in the background.
+func lockSoon(t *testing.T, l *redlock.Locker, key string, within time.Duration) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), within)
+		defer cancel()
+		lease, err := l.Lock(ctx, key, time.Minute)
+		if err == nil {
+			err = lease.Unlock(ctx)
+		}
+		got <- err
+	}()
+	return got
+}
+
+// A Lock waiting in one Locker wins as soon as another Locker releases the
+// key, long before its next poll (a minute away): the release's notice
+// woke it. Control: with NoWakeUps the same wait runs into its deadline.
+func TestLockWakesOnAnotherLockersRelease(t *testing.T) {
+	for _, wake := range []bool{true, false} {
+		name := map[bool]string{true: "wake-ups", false: "control-NoWakeUps"}[wake]
+		t.Run(name, func(t *testing.T) {
+			opts := *patient
+			opts.NoWakeUps = !wake
+			a, b, held := twoLockers(t, "job", opts)
+			got := lockSoon(t, b, "job", 3*time.Second)
+			waitFor(t, b, "job", 1)
+			if wake {
+				require.Eventually(t, func() bool { return redlock.Listening(b, "job") == 3 }, 5*time.Second, time.Millisecond, "subscribed on every node")
+				assert.Equal(t, 3, redlock.Subscribers(b), "one subscriber connection per node")
+			} else {
+				time.Sleep(100 * time.Millisecond) // its attempt, and then the wait
+				assert.Zero(t, redlock.Subscribers(b))
+			}
+			require.NoError(t, held.Unlock(t.Context()))
+			err := <-got
+			if wake {
+				require.NoError(t, err, "woken by the release")
+				require.Eventually(t, func() bool { return redlock.Subscribers(b) == 0 }, 5*time.Second, time.Millisecond, "no waiter left: no subscriber connection")
+			} else {
+				require.ErrorIs(t, err, context.DeadlineExceeded, "without notices, the wait lasts until the poll")
+			}
+			drain(t, a)
+		})
+	}
+}
+
+// A lease that expires publishes nothing: the waiter still wins, at its
+// poll, on a context without a deadline.
+func TestLockPollsWhenNoNoticeComes(t *testing.T) {
+	c := newCluster(t, 3)
+	a := newLocker(t, c.nodes(nil), patient)
+	b := newLocker(t, c.nodes(nil), &redlock.Options{RetryDelay: 100 * time.Millisecond, RetryJitter: time.Millisecond})
+	_, err := a.TryLock(t.Context(), "job", 300*time.Millisecond) // never released
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		lease, err := b.Lock(context.Background(), "job", time.Minute) // no deadline
+		if err == nil {
+			err = lease.Unlock(context.Background())
+		}
+		done <- err
+	}()
+	waitFor(t, b, "job", 1)
+	for _, m := range c.servers {
+		m.FastForward(time.Second) // the key expires on every node, silently
+	}
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lock never won a key that expired: it waited for a notice that does not come")
+	}
+}
+
+// The lost wake-up: a release that lands after the attempt that found the
+// key taken and before the subscription is not missed, because the
+// waiter tries once more once subscribed. Control: without that attempt,
+// the release is lost and the waiter sleeps to its deadline.
+func TestReleaseBeforeTheSubscriptionIsNotMissed(t *testing.T) {
+	for _, retry := range []bool{true, false} {
+		name := map[bool]string{true: "retry-after-listen", false: "control-no-retry"}[retry]
+		t.Run(name, func(t *testing.T) {
+			if !retry {
+				defer redlock.NoRetryAfterListen()()
+			}
+			a, b, held := twoLockers(t, "job", *patient)
+			defer redlock.BeforeListen(func() {
+				if err := held.Unlock(context.Background()); err != nil {
+					t.Error(err)
+				}
+			})()
+			err := <-lockSoon(t, b, "job", 2*time.Second)
+			if retry {
+				require.NoError(t, err)
+			} else {
+				require.ErrorIs(t, err, context.DeadlineExceeded, "the release before the subscription was lost")
+			}
+			drain(t, a)
+		})
+	}
+}
