@@ -377,12 +377,12 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	start := lk.opts.Clock.Now()
 	timing := lk.timing()
 	lk.notices.Expect(l.key, l.value) // this Locker wakes its own waiters: Released below
-	round := lk.release(ctx, l.key, l.value, l.acquired, ttl, timing, nil)
+	round := lk.release(ctx, l.key, l.value, l.acquired, ttl, timing, nil, true)
 	tally := round.Decide(detached, lk.opts.NodeTimeout, granted)
 	lk.turns.Released(l.key) // the next Lock waiting here tries at once
 	var err error
 	if !tally.Won {
-		err = lk.roundError(detached, "unlock", wire.ScriptCommand(releaseScript, []string{l.key}, l.value), tally, timing)
+		err = lk.roundError(detached, "unlock", wire.ScriptCommand(releaseScript, []string{l.key}, l.value, notifyArg), tally, timing)
 	}
 	if timing != nil {
 		lk.emit(Event{Op: OpUnlock, Key: l.key, Duration: lk.opts.Clock.Now().Sub(start), Token: l.token, Err: err, Nodes: lk.nodeResultsOf(err, tally, timing)})

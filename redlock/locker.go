@@ -212,6 +212,14 @@ func (l *Locker) awaitTurn(ctx context.Context, key string, w *waitq.Waiter, pol
 		select {
 		case <-w.Wake:
 			if _, held := l.turns.Head(key, w); !held {
+				if w.Noticed() {
+					// A release elsewhere: every other Locker's head
+					// heard it too. Attempts sent at one moment split
+					// the nodes between them and none wins; a random
+					// stagger of up to two round trips lets the first
+					// take every node.
+					return l.stagger(ctx)
+				}
 				return true // released here, or the head before left without a lease
 			}
 			// moved up behind a lease of this Locker: wait for its release
@@ -359,8 +367,7 @@ func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error
 	if timing != nil {
 		releaseTiming = l.timing()
 	}
-	l.notices.Expect(req.key, value) // its own waiters are not woken by its own give-up
-	released := l.release(ctx, req.key, value, round, req.granted, releaseTiming, refusedIn(round))
+	released := l.release(ctx, req.key, value, round, req.granted, releaseTiming, refusedIn(round), false)
 	if timing != nil {
 		// Before waiting for the granted nodes: the release's report
 		// must be counted in flight (Drain) before this attempt returns.
@@ -418,10 +425,23 @@ func (l *Locker) waitGranted(round *quorum.Round[Outcome], tally quorum.Tally[Ou
 // that is slow (EVALSHA answered NOSCRIPT late, and EVAL must follow) is
 // still worth sending until the key would have expired anyway. skip, if
 // set, says which nodes are not sent it (see refusedIn).
-func (l *Locker) release(ctx context.Context, key, value string, acquired *quorum.Round[Outcome], ttl time.Duration, timing *latencies, skip func(int) error) *quorum.Round[Outcome] {
+//
+// notify makes each node that deletes the value publish it on the key's
+// release channel (package notice), to wake waiters elsewhere: a lease's
+// Unlock does; a failed attempt's release does not, since the key was not
+// theirs to wait for (waking every other Locker's head at each lost
+// attempt would make a storm of attempts under contention).
+func (l *Locker) release(ctx context.Context, key, value string, acquired *quorum.Round[Outcome], ttl time.Duration, timing *latencies, skip func(int) error, notify bool) *quorum.Round[Outcome] {
 	f := fan{after: acquired, skip: skip, timeout: max(ttl, l.opts.NodeTimeout), release: key, timing: timing}
-	return l.fanOut(context.WithoutCancel(ctx), f, wire.ScriptCommand(releaseScript, []string{key}, value).Of(value, wire.RoleReleases), readScript)
+	c := wire.ScriptCommand(releaseScript, []string{key}, value)
+	if notify {
+		c = wire.ScriptCommand(releaseScript, []string{key}, value, notifyArg)
+	}
+	return l.fanOut(context.WithoutCancel(ctx), f, c.Of(value, wire.RoleReleases), readScript)
 }
+
+// notifyArg is the release script's ARGV[2] that asks it to publish.
+const notifyArg = "notify"
 
 func granted(o Outcome, err error) bool { return err == nil && o == Granted }
 

@@ -1,6 +1,9 @@
 package redlock
 
 import (
+	"context"
+	mathrand "math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/redlock/redlock/redlock/internal/notice"
@@ -15,7 +18,7 @@ func newNotices(nodes []node, turns *waitq.Queues, timeout time.Duration) *notic
 	for i, n := range nodes {
 		sources[i] = notice.Subscribable(n.Node)
 	}
-	h := notice.New(sources, turns.Notice, notice.Options{Timeout: max(timeout, time.Second)})
+	h := notice.New(sources, turns.Notice, notice.Options{Timeout: max(timeout, time.Second), Majority: len(nodes)/2 + 1})
 	if h.Nodes() == 0 {
 		return nil
 	}
@@ -28,4 +31,30 @@ func newNotices(nodes []node, turns *waitq.Queues, timeout time.Duration) *notic
 func (l *Locker) needHeard() int {
 	n := len(l.nodes)
 	return min(n-(n/2+1)+1, l.notices.Nodes())
+}
+
+// stagger waits a random time below two of the majority's round trips
+// (Health's RTT: the majority-th fastest node), before an attempt that a
+// release elsewhere woke. It reports false if ctx ends first.
+func (l *Locker) stagger(ctx context.Context) bool {
+	rtts := make([]time.Duration, 0, len(l.nodes))
+	for i := range l.nodes {
+		s := l.nodes[i].stats
+		s.mu.Lock()
+		rtts = append(rtts, s.rtt)
+		s.mu.Unlock()
+	}
+	slices.Sort(rtts)
+	window := min(2*rtts[len(rtts)/2], l.opts.NodeTimeout)
+	if window <= 0 {
+		return true
+	}
+	t := time.NewTimer(mathrand.N(window))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }

@@ -29,9 +29,16 @@ type result struct {
 	// any client (from the start to the first grant, between grants, from
 	// the last grant to the end): what a fault costs in availability.
 	LongestGap time.Duration `json:"longest_gap_ns"`
+	// NodeCommands is how many commands the nodes processed during the run
+	// (INFO stats, before and after; -1 where the nodes do not say).
+	NodeCommands int64 `json:"node_commands"`
 
 	acquire, release, cycle *hist
-	mallocs                 uint64 // allocations during the run
+	// handoff is, for each acquisition that waited through another
+	// client's release, the time from that client's Unlock returning to
+	// this client's Lock returning.
+	handoff *hist
+	mallocs uint64 // allocations during the run
 }
 
 // merge adds o, another share of the same implementation's run, to r.
@@ -47,6 +54,12 @@ func (r *result) merge(o *result) {
 	r.acquire.merge(o.acquire)
 	r.release.merge(o.release)
 	r.cycle.merge(o.cycle)
+	r.handoff.merge(o.handoff)
+	if r.NodeCommands >= 0 && o.NodeCommands >= 0 {
+		r.NodeCommands += o.NodeCommands
+	} else {
+		r.NodeCommands = -1
+	}
 	r.mallocs += o.mallocs
 	r.LongestGap = max(r.LongestGap, o.LongestGap)
 	r.Faults = append(r.Faults, o.Faults...)
@@ -56,6 +69,14 @@ func (r *result) merge(o *result) {
 }
 
 func (r *result) rate() float64 { return float64(r.Acquired) / r.Elapsed.Seconds() }
+
+// commandsPerAcquisition is NodeCommands per lock acquired (0 where unknown).
+func (r *result) commandsPerAcquisition() float64 {
+	if r.NodeCommands < 0 || r.Acquired == 0 {
+		return 0
+	}
+	return float64(r.NodeCommands) / float64(r.Acquired)
+}
 
 // bench runs cfg.clients clients, each acquiring, holding and releasing a
 // key in a loop, until cfg.duration has passed (then each finishes its
@@ -75,7 +96,9 @@ func bench(ctx context.Context, im *impl, cfg config, progress io.Writer) *resul
 		runCtx, cancel = context.WithTimeout(runCtx, cfg.duration+max(time.Second, cfg.ttl))
 		defer cancel()
 	}
-	res := &result{Impl: im.name, About: im.about, acquire: newHist(), release: newHist(), cycle: newHist()}
+	res := &result{Impl: im.name, About: im.about, acquire: newHist(), release: newHist(), cycle: newHist(), handoff: newHist()}
+	// lastUnlock[k] is when the latest Unlock of key k returned (UnixNano).
+	lastUnlock := make([]atomic.Int64, max(cfg.keys, 1))
 	var started, done atomic.Int64
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -94,8 +117,12 @@ func bench(ctx context.Context, im *impl, cfg config, progress io.Writer) *resul
 	start := time.Now()
 	stopProgress := showProgress(progress, im.name, start, &done)
 	for c := range cfg.clients {
+		cycle := im.cycle
+		if im.cycleFor != nil {
+			cycle = im.cycleFor(c)
+		}
 		wg.Go(func() {
-			acq, rel, cyc := newHist(), newHist(), newHist()
+			acq, rel, cyc, hand := newHist(), newHist(), newHist(), newHist()
 			var got, busy, errs int64
 			var firstErr error
 			for i := c; !stop.Load() && runCtx.Err() == nil; i += cfg.clients {
@@ -103,13 +130,24 @@ func bench(ctx context.Context, im *impl, cfg config, progress io.Writer) *resul
 					break
 				}
 				key := cfg.keyPrefix + im.name + ":" + strconv.Itoa(i%cfg.keys) // each implementation its own keys
-				a, r, o, err := im.cycle(runCtx, key)
+				t0 := time.Now()
+				a, r, o, err := cycle(runCtx, key)
 				if runCtx.Err() != nil && o != acquired {
 					break // the run ended under this attempt
 				}
 				switch o {
 				case acquired:
 					granted(time.Since(start) - r - cfg.hold) // when the lock was granted
+					// The release this acquisition waited through, if it
+					// did: stored by its client right after its Unlock
+					// returned, which was before this Lock returned (and
+					// this client's own store comes below, after its hold).
+					locked := t0.Add(a)
+					last := &lastUnlock[i%len(lastUnlock)]
+					if u := time.Unix(0, last.Load()); u.After(t0) && locked.After(u) {
+						hand.record(locked.Sub(u))
+					}
+					last.Store(time.Now().UnixNano())
 					got++
 					acq.record(a)
 					rel.record(r)
@@ -129,6 +167,7 @@ func bench(ctx context.Context, im *impl, cfg config, progress io.Writer) *resul
 			res.acquire.merge(acq)
 			res.release.merge(rel)
 			res.cycle.merge(cyc)
+			res.handoff.merge(hand)
 			res.Acquired += got
 			res.Contended += busy
 			res.Errors += errs

@@ -17,6 +17,7 @@ type config struct {
 	spawn        int             // -spawn: local redis-server processes
 	embedded     int             // -embedded: in-process nodes (the default source)
 	clients      int             // -clients
+	lockers      int             // -lockers
 	keys         int             // -keys
 	ttl          time.Duration   // -ttl
 	hold         time.Duration   // -hold
@@ -45,6 +46,7 @@ type config struct {
 	waitAOF      bool            // -wait-aof: Options.WaitAOF
 	replicate    bool            // set for redlock-wait: apply waitReps and waitAOF
 	noQuarantine bool            // set for redlock-unguarded: Options.NoQuarantine
+	noWakeUps    bool            // set for redlock-nowake: Options.NoWakeUps
 	observer     string          // set for the observed variants (observe.go): which Observer
 	etcdMembers  int             // -etcd: members of the cluster -impl etcd starts
 	etcdTimeout  time.Duration   // -etcd-timeout: the bound on each etcd attempt
@@ -100,7 +102,7 @@ func (f fault) String() string {
 // transport, for comparing the two.
 var (
 	allImpls   = []string{"redlock", "raw", "redsync", "redsync-failfast"}
-	knownImpls = append([]string{"redlock-direct", "redlock-wait", "redlock-unguarded", "redlock-events", "redlock-slog", "redlock-slog-info", "redlock-otel", "redlock-otel-1pct", "etcd"}, allImpls...)
+	knownImpls = append([]string{"redlock-nowake", "redlock-direct", "redlock-wait", "redlock-unguarded", "redlock-events", "redlock-slog", "redlock-slog-info", "redlock-otel", "redlock-otel-1pct", "etcd"}, allImpls...)
 )
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -121,6 +123,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.tlsKey, "tls-key", "", "rediss:// nodes: the client certificate's private key (PEM `file`)")
 	fs.IntVar(&c.embedded, "embedded", 5, "in-process Redis nodes to start when neither -nodes nor -spawn is given")
 	fs.IntVar(&c.clients, "clients", 4, "concurrent clients")
+	fs.IntVar(&c.lockers, "lockers", 1, "this library: spread the clients over `N` Lockers, each with connections of its own, as N processes would be")
 	fs.IntVar(&c.keys, "keys", 1, "distinct lock names; 1 makes every client contend for one key")
 	fs.DurationVar(&c.ttl, "ttl", 10*time.Second, "lock TTL")
 	fs.DurationVar(&c.hold, "hold", 0, "time inside the critical section")
@@ -134,7 +137,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.nodeTimeout, "node-timeout", 0, "redlock's per-node timeout (0: the library default, 50ms)")
 	fs.StringVar(&latency, "node-latency", "", "comma-separated one-way `delays`, one per node, through a delay proxy (e.g. 1ms,2ms,3ms,4ms,50ms)")
 	fs.StringVar(&faults, "fault", "", "faults to inject: `freeze:K@T[+D]` or stop:K@T, comma-separated (node K, at T, for D; with -impl etcd alone K may be leader or follower)")
-	fs.StringVar(&impl, "impl", "all", "implementations: redlock, redlock-direct, redlock-wait, redlock-unguarded, redlock-events, redlock-slog, redlock-slog-info, redlock-otel, redlock-otel-1pct, raw, redsync, redsync-failfast, etcd, or all (comma-separated; all is the first four)")
+	fs.StringVar(&impl, "impl", "all", "implementations: redlock, redlock-nowake, redlock-direct, redlock-wait, redlock-unguarded, redlock-events, redlock-slog, redlock-slog-info, redlock-otel, redlock-otel-1pct, raw, redsync, redsync-failfast, etcd, or all (comma-separated; all is the first four)")
 	fs.IntVar(&c.etcdMembers, "etcd", 3, "-impl etcd: start an etcd cluster of `N` members (child processes on loopback)")
 	fs.DurationVar(&c.etcdTimeout, "etcd-timeout", time.Second, "-impl etcd: the deadline of each attempt, release and session grant")
 	fs.BoolVar(&c.jsonOut, "json", false, "print results as JSON")
@@ -195,6 +198,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("-embedded %d: need 1 to 99", c.embedded)
 	case c.clients < 1 || c.clients > 10000:
 		return fmt.Errorf("-clients %d: need 1 to 10000", c.clients)
+	case c.lockers < 1 || c.lockers > c.clients:
+		return fmt.Errorf("-lockers %d: need 1 to -clients (%d)", c.lockers, c.clients)
 	case c.keys < 1:
 		return fmt.Errorf("-keys %d: need at least 1", c.keys)
 	case c.ttl < 3*time.Millisecond:

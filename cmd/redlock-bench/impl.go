@@ -36,7 +36,10 @@ type impl struct {
 	name  string
 	about string
 	cycle cycler
-	drain func() // waits for background work, between implementations
+	// cycleFor, where set, is client c's cycle (its own Locker, with
+	// -lockers); cycle is then client 0's.
+	cycleFor func(client int) cycler
+	drain    func() // waits for background work, between implementations
 	// warning is said before the run: here, the nodes Locker.Warm could not
 	// ready (the run goes on; their calls fail or dial on first use).
 	warning string
@@ -53,12 +56,14 @@ type impl struct {
 
 func newImpl(ctx context.Context, name string, d *deployment, cfg config) (*impl, error) {
 	switch name {
-	case "redlock", "redlock-direct", "redlock-wait", "redlock-unguarded", "redlock-events", "redlock-slog", "redlock-slog-info", "redlock-otel", "redlock-otel-1pct":
+	case "redlock", "redlock-nowake", "redlock-direct", "redlock-wait", "redlock-unguarded", "redlock-events", "redlock-slog", "redlock-slog-info", "redlock-otel", "redlock-otel-1pct":
 		switch name {
 		case "redlock-events", "redlock-slog", "redlock-slog-info", "redlock-otel", "redlock-otel-1pct": // this library with an Observer (observe.go)
 			cfg.observer = name
 		case "redlock-unguarded": // this library with the node guard's refusals off (Options.NoQuarantine)
 			cfg.noQuarantine = true
+		case "redlock-nowake": // this library with release notices off (Options.NoWakeUps)
+			cfg.noWakeUps = true
 		case "redlock-direct": // this library over its other transport, for comparison
 			cfg.noPipeline, cfg.goredisPipe = true, false
 		case "redlock-wait": // this library with Options.WaitReplicas (-wait-replicas, -wait-aof)
@@ -122,9 +127,26 @@ func newRedlock(ctx context.Context, d *deployment, cfg config) (*impl, error) {
 		}
 		o.Observer = counter
 	}
+	if cfg.noWakeUps {
+		o.NoWakeUps = true
+	}
 	l, err := redlock.New(nodes, o)
 	if err != nil {
 		return nil, err
+	}
+	// -lockers: more Lockers, each with connections of its own, as other
+	// processes would have; client c uses lockers[c % N].
+	lockers := []*redlock.Locker{l}
+	for len(lockers) < cfg.lockers {
+		var more []redlock.Node
+		for _, c := range d.newClients(ctx, minIdle) {
+			more = append(more, c)
+		}
+		other, err := redlock.New(more, o)
+		if err != nil {
+			return nil, err
+		}
+		lockers = append(lockers, other)
 	}
 	classify := func(err error) outcome {
 		switch {
@@ -138,7 +160,9 @@ func newRedlock(ctx context.Context, d *deployment, cfg config) (*impl, error) {
 	im := &impl{name: "redlock", drain: func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = l.Drain(ctx)
+		for _, l := range lockers {
+			_ = l.Drain(ctx)
+		}
 	}}
 	transport := "auto-pipeline per node"
 	switch {
@@ -150,6 +174,12 @@ func newRedlock(ctx context.Context, d *deployment, cfg config) (*impl, error) {
 	im.about = fmt.Sprintf("this library, mode %s, fencing %v, %s", cfg.mode, cfg.fencing, transport)
 	if cfg.noQuarantine {
 		im.about += ", node guard off (NoQuarantine)"
+	}
+	if cfg.noWakeUps {
+		im.about += ", wake-ups off (NoWakeUps: waiters in other Lockers poll)"
+	}
+	if len(lockers) > 1 {
+		im.about += fmt.Sprintf(", %d Lockers (clients spread over them, as processes)", len(lockers))
 	}
 	if counter != nil {
 		im.about += ", " + observedImpls[cfg.observer]
@@ -166,22 +196,37 @@ func newRedlock(ctx context.Context, d *deployment, cfg config) (*impl, error) {
 	// lock, not the handshakes and the scripts' first load.
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := l.Warm(wctx); err != nil {
-		im.warning = err.Error()
-	}
-	// Nodes this run started are new and hold no locks: without this the
-	// node guard would keep each out of the quorum for MaxTTL.
-	if cfg.trustNodes || len(cfg.nodes) == 0 {
-		if err := l.TrustNodes(wctx); err != nil {
-			im.warning = strings.TrimSpace(im.warning + " " + err.Error())
+	for _, l := range lockers {
+		if err := l.Warm(wctx); err != nil {
+			im.warning = err.Error()
+		}
+		// Nodes this run started are new and hold no locks: without this the
+		// node guard would keep each out of the quorum for MaxTTL.
+		if cfg.trustNodes || len(cfg.nodes) == 0 {
+			if err := l.TrustNodes(wctx); err != nil {
+				im.warning = strings.TrimSpace(im.warning + " " + err.Error())
+			}
 		}
 	}
 	if len(cfg.nodes) > 0 || cfg.spawn > 0 {
 		im.health = l.Health
 	}
+	cycles := make([]cycler, len(lockers))
+	for i, l := range lockers {
+		cycles[i] = lockerCycle(l, cfg, classify)
+	}
+	im.cycle = cycles[0]
+	if len(cycles) > 1 {
+		im.cycleFor = func(client int) cycler { return cycles[client%len(cycles)] }
+	}
+	return im, nil
+}
+
+// lockerCycle is one cycle of -mode on l.
+func lockerCycle(l *redlock.Locker, cfg config, classify func(error) outcome) cycler {
 	switch cfg.mode {
 	case "do":
-		im.cycle = func(ctx context.Context, key string) (acq, rel time.Duration, o outcome, err error) {
+		return func(ctx context.Context, key string) (acq, rel time.Duration, o outcome, err error) {
 			t0 := time.Now()
 			var t1 time.Time
 			err = l.Do(ctx, key, cfg.ttl, func(ctx context.Context, _ *redlock.Lease) error {
@@ -195,29 +240,27 @@ func newRedlock(ctx context.Context, d *deployment, cfg config) (*impl, error) {
 			}
 			return t1.Sub(t0) - cfg.hold, time.Since(t1), classify(err), err
 		}
-	default:
-		lock := l.TryLock
-		if cfg.mode == "lock" {
-			lock = l.Lock
-		}
-		im.cycle = func(ctx context.Context, key string) (acq, rel time.Duration, o outcome, err error) {
-			t0 := time.Now()
-			lease, err := lock(ctx, key, cfg.ttl)
-			acq = time.Since(t0)
-			if err != nil {
-				return acq, 0, classify(err), err
-			}
-			hold(ctx, cfg.hold)
-			t1 := time.Now()
-			err = lease.Unlock(context.WithoutCancel(ctx))
-			rel = time.Since(t1)
-			if err != nil {
-				return acq, rel, failed, err
-			}
-			return acq, rel, acquired, nil
-		}
 	}
-	return im, nil
+	lock := l.TryLock
+	if cfg.mode == "lock" {
+		lock = l.Lock
+	}
+	return func(ctx context.Context, key string) (acq, rel time.Duration, o outcome, err error) {
+		t0 := time.Now()
+		lease, err := lock(ctx, key, cfg.ttl)
+		acq = time.Since(t0)
+		if err != nil {
+			return acq, 0, classify(err), err
+		}
+		hold(ctx, cfg.hold)
+		t1 := time.Now()
+		err = lease.Unlock(context.WithoutCancel(ctx))
+		rel = time.Since(t1)
+		if err != nil {
+			return acq, rel, failed, err
+		}
+		return acq, rel, acquired, nil
+	}
 }
 
 // rawRelease is the compare-and-delete every single-node lock needs.

@@ -39,6 +39,8 @@
 // Workload:
 //
 //	-clients N      concurrent clients (4)
+//	-lockers N      this library: spread the clients over N Lockers, each with
+//	                connections of its own, as N processes (1)
 //	-keys N         distinct lock names; 1 makes every client contend (1)
 //	-ttl D          lock TTL (10s)
 //	-hold D         time inside the critical section (0)
@@ -70,6 +72,8 @@
 // Locker.Warm):
 //
 //	redlock            this library
+//	redlock-nowake     this library with Options.NoWakeUps: waiters in other
+//	                   Lockers hear releases at their polls only (not in all)
 //	redlock-direct     this library with Options.NoAutoPipeline (a pooled
 //	                   connection and goroutine per command; not in all)
 //	redlock-wait       this library with Options.WaitReplicas -wait-replicas
@@ -274,7 +278,13 @@ func measure(ctx context.Context, cfg config, out, stderr io.Writer) (_ *measure
 			} else {
 				d.inject(faultCtx, cfg.faults, report)
 			}
+			commandsBefore := d.nodeCommands(ctx)
 			r := bench(ctx, im, share, progress)
+			if after := d.nodeCommands(ctx); commandsBefore >= 0 && after >= 0 {
+				r.NodeCommands = after - commandsBefore
+			} else {
+				r.NodeCommands = -1
+			}
 			cancelFaults()
 			faultsMu.Lock()
 			r.Faults = faults

@@ -26,6 +26,9 @@ func printTable(w io.Writer, r *result) {
 		fmt.Fprintf(w, "  events: %s\n", formatEvents(r.Events))
 	}
 	fmt.Fprintf(w, "  longest time without a grant: %v\n", r.LongestGap.Round(time.Millisecond))
+	if per := r.commandsPerAcquisition(); per > 0 {
+		fmt.Fprintf(w, "  node commands: %.1f per acquisition (%d in all)\n", per, r.NodeCommands)
+	}
 	fmt.Fprintf(w, "  %-8s", "latency")
 	for _, q := range quantiles {
 		fmt.Fprintf(w, " %10s", q.name)
@@ -34,7 +37,10 @@ func printTable(w io.Writer, r *result) {
 	for _, row := range []struct {
 		name string
 		h    *hist
-	}{{"acquire", r.acquire}, {"release", r.release}, {"cycle", r.cycle}} {
+	}{{"acquire", r.acquire}, {"release", r.release}, {"cycle", r.cycle}, {"hand-off", r.handoff}} {
+		if row.h == nil || (row.name == "hand-off" && row.h.total == 0) {
+			continue
+		}
 		fmt.Fprintf(w, "  %-8s", row.name)
 		for _, q := range quantiles {
 			fmt.Fprintf(w, " %10s", fmtDur(row.h.quantile(q.q)))

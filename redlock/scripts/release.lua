@@ -1,6 +1,7 @@
--- Compare-and-delete: delete KEYS[1] only while it holds this lease's value.
--- Returns 1 if deleted, 0 if the key does not exist, -1 if another holder's
--- value is there (which must never be deleted).
+-- Compare-and-delete: delete KEYS[1] only while it holds this lease's value
+-- (ARGV[1]), and, with ARGV[2] = "notify" (a lease's Unlock), publish the
+-- release. Returns 1 if deleted, 0 if the key does not exist, -1 if another
+-- holder's value is there (which must never be deleted).
 local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] then
 	local deleted = redis.call("DEL", KEYS[1])
@@ -13,6 +14,9 @@ if v == ARGV[1] then
 	-- notice is a hint (waiters still poll): pcall, so that an ACL that
 	-- denies publishing never fails a release.
 	local key, channel = KEYS[1], nil
+	if ARGV[2] ~= "notify" then
+		return deleted
+	end
 	local open = string.find(key, "{", 1, true)
 	local close = open and string.find(key, "}", open + 1, true)
 	if close and close > open + 1 then

@@ -80,6 +80,9 @@ type Options struct {
 	// Ping is how long a connection may stay silent before it is pinged,
 	// and, once pinged, before it is taken for dead and reopened.
 	Ping time.Duration
+	// Majority is how many nodes' notices of one release wake the waiter
+	// (fewer if fewer are subscribed); at least 1.
+	Majority int
 }
 
 // Hub is a Locker's subscriptions: per node, at most one connection (per
@@ -100,8 +103,16 @@ type Hub struct {
 type listened struct {
 	channel string
 	refs    int
-	recent  [4]string // the last values noticed or expected, not delivered again
+	recent  [4]release // the last releases noticed or expected
 	next    int
+}
+
+// release is what the Hub knows of one released value: how many nodes'
+// notices came, and whether it was delivered (or expected: never).
+type release struct {
+	value string
+	heard int
+	done  bool
 }
 
 // New returns a Hub over sources (nil where a node cannot subscribe) that
@@ -113,6 +124,7 @@ func New(sources []Source, deliver func(key string), opts Options) *Hub {
 	if opts.Ping <= 0 {
 		opts.Ping = 15 * time.Second
 	}
+	opts.Majority = max(opts.Majority, 1)
 	h := &Hub{deliver: deliver, opts: opts, keys: map[string]*listened{}, byChan: map[string]string{}, changed: make(chan struct{})}
 	for _, s := range sources {
 		var n *node
@@ -271,7 +283,7 @@ func (h *Hub) Expect(key, value string) {
 	}
 	h.mu.Lock()
 	if k := h.keys[key]; k != nil {
-		k.remember(value)
+		k.find(value).done = true
 	}
 	h.mu.Unlock()
 }
@@ -300,13 +312,24 @@ func (h *Hub) notice(channel, value string) {
 	h.mu.Lock()
 	key, ok := h.byChan[channel]
 	k := h.keys[key]
-	if !ok || k == nil || k.seen(value) {
+	if !ok || k == nil {
 		h.mu.Unlock()
 		return
 	}
-	k.remember(value)
+	r := k.find(value)
+	r.heard++
+	// Delivered once a majority's notices came (the key is then free on
+	// a majority: an attempt can win), or as many as are subscribed, if
+	// fewer. Waking at the first node's notice would send the attempt
+	// while the release is still on its way to the others.
+	wake := !r.done && r.heard >= min(h.opts.Majority, max(h.confirmed(channel), 1))
+	if wake {
+		r.done = true
+	}
 	h.mu.Unlock()
-	h.deliver(key)
+	if wake {
+		h.deliver(key)
+	}
 }
 
 // signal wakes Ready's waits: a confirmation changed.
@@ -317,19 +340,16 @@ func (h *Hub) signal() {
 	h.mu.Unlock()
 }
 
-func (k *listened) seen(value string) bool {
-	for _, v := range k.recent {
-		if v == value {
-			return true
+// find returns value's release record, making one (in place of the
+// oldest) if there is none.
+func (k *listened) find(value string) *release {
+	for i := range k.recent {
+		if k.recent[i].value == value {
+			return &k.recent[i]
 		}
 	}
-	return false
-}
-
-func (k *listened) remember(value string) {
-	if k.seen(value) {
-		return
-	}
-	k.recent[k.next] = value
+	r := &k.recent[k.next]
+	*r = release{value: value}
 	k.next = (k.next + 1) % len(k.recent)
+	return r
 }

@@ -50,7 +50,7 @@ func release(t *testing.T, c *redis.Client, key, value string) {
 	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, c.Set(ctx, key, value, time.Minute).Err())
-	n, err := c.Eval(ctx, releaseLua, []string{key}, value).Int()
+	n, err := c.Eval(ctx, releaseLua, []string{key}, value, "notify").Int()
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
 }
@@ -89,10 +89,10 @@ func TestScriptPublishesOnTheKeysChannel(t *testing.T) {
 	}
 }
 
-// A notice reaches the Hub once its subscription is confirmed; the same
-// value again (another node's copy of one release), an expected value
-// (the Locker's own release) and an empty probe are not delivered; the
-// last Stop closes the connection.
+// A release is delivered once its notices came from a majority of the
+// nodes (the key is then free on a majority), and once only; an expected
+// value (the Locker's own release) and an empty probe are not delivered;
+// the last Stop closes the connection.
 func TestHubDeliversEachReleaseOnce(t *testing.T) {
 	nodes := []*miniredis.Miniredis{miniredis.RunT(t), miniredis.RunT(t), miniredis.RunT(t)}
 	var clients []*redis.Client
@@ -103,7 +103,7 @@ func TestHubDeliversEachReleaseOnce(t *testing.T) {
 		sources = append(sources, notice.Subscribable(c))
 	}
 	var got heard
-	h := notice.New(sources, got.deliver, notice.Options{Timeout: time.Second})
+	h := notice.New(sources, got.deliver, notice.Options{Timeout: time.Second, Majority: 2})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 
@@ -113,16 +113,19 @@ func TestHubDeliversEachReleaseOnce(t *testing.T) {
 	require.Equal(t, 3, l.Ready(ctx, 3, 5*time.Second), "every node confirmed")
 	assert.Equal(t, 3, h.Connections(), "one connection per node")
 
-	for _, c := range clients { // one release, on every node
-		release(t, c, "k", "v1")
-	}
-	require.Eventually(t, func() bool { return got.count() == 1 }, 5*time.Second, time.Millisecond)
+	release(t, clients[0], "k", "v1") // one release, reaching the nodes one by one
+	time.Sleep(100 * time.Millisecond)
+	assert.Zero(t, got.count(), "one node of three has released: not yet")
+	release(t, clients[1], "k", "v1")
+	require.Eventually(t, func() bool { return got.count() == 1 }, 5*time.Second, time.Millisecond, "a majority has")
+	release(t, clients[2], "k", "v1")
 	h.Expect("k", "v2")
 	for _, c := range clients {
 		release(t, c, "k", "v2")                                          // the Locker's own
 		require.NoError(t, c.Publish(ctx, "{k}"+notice.Suffix, "").Err()) // a probe
 	}
 	release(t, clients[1], "k", "v3")
+	release(t, clients[2], "k", "v3")
 	require.Eventually(t, func() bool { return got.count() == 2 }, 5*time.Second, time.Millisecond)
 	time.Sleep(50 * time.Millisecond)
 	assert.Equal(t, []string{"k", "k"}, got.keys, "v1 once, v2 never, v3 once")

@@ -4,7 +4,10 @@
 // a lease of its Locker released the key.
 package waitq
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // Queues are a Locker's Lock calls waiting for each key, in arrival order.
 // Only the head of a key's queue sends acquisitions; the others wait for
@@ -39,8 +42,13 @@ type queue struct {
 // Waiter is one Lock call in a queue. Its Wake channel receives a turn or
 // a release, kept until taken.
 type Waiter struct {
-	Wake chan struct{} // buffered: a turn or a release, kept until taken
+	Wake    chan struct{} // buffered: a turn or a release, kept until taken
+	noticed atomic.Bool   // a Notice (a release elsewhere) woke it
 }
+
+// Noticed reports whether a Notice woke w since the last call: a release
+// elsewhere, which other processes' waiters heard at the same moment.
+func (w *Waiter) Noticed() bool { return w.noticed.Swap(false) }
 
 func (w *Waiter) signal() {
 	select {
@@ -135,6 +143,7 @@ func (t *Queues) Notice(key string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if q := t.keys[key]; q != nil && !q.held && len(q.waiters) > 0 {
+		q.waiters[0].noticed.Store(true)
 		q.waiters[0].signal()
 	}
 }
