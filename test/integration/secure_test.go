@@ -99,7 +99,7 @@ func TestFirstLockOnTLSNodesBehindLatency(t *testing.T) {
 // SCRIPT LOAD for Warm. aclDurability adds what Durability and
 // RequireDurable read.
 const (
-	aclRules      = "on >app-secret resetkeys ~lock:* ~{lock:* ~redlock:memory* resetchannels -@all +set +get +del +pexpire +incr +time +pttl +pexpiretime +info +evalsha +eval +script|load +script|exists +ping"
+	aclRules      = "on >app-secret resetkeys ~lock:* ~{lock:* ~redlock:memory* resetchannels &{lock:* -@all +set +get +del +pexpire +incr +time +pttl +pexpiretime +info +evalsha +eval +script|load +script|exists +ping +spublish +ssubscribe +sunsubscribe"
 	aclDurability = "+config|get"
 )
 
@@ -273,4 +273,60 @@ func TestCLIOnTLSNodesAsACLUser(t *testing.T) {
 	require.NoError(t, err, "redlock-bench: %s", out)
 	require.Contains(t, string(out), " 0 errors in ", "redlock-bench: %s", out)
 	require.Contains(t, string(out), "fencing true", "redlock-bench: %s", out)
+}
+
+// With the recipe's user, a waiter in another Locker is woken by the
+// release (its poll is a minute away). Without the channel rules the
+// release still succeeds (the script's publish is denied and skipped) and
+// the waiter wins at its poll.
+func TestACLWakeUps(t *testing.T) {
+	ctx := t.Context()
+	c := harness.Start(t, harness.Options{Nodes: 3})
+	newLocker(t, c, nil) // trusts the new nodes as the default user
+	for _, tc := range []struct {
+		name string
+		drop string
+		poll time.Duration
+	}{
+		{"recipe", "", time.Minute},
+		{"no-channels", "&{lock:*", time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var rules []string
+			for _, r := range strings.Fields(aclRules) {
+				if r != tc.drop {
+					rules = append(rules, r)
+				}
+			}
+			user := "app-wake-" + tc.name
+			require.NoError(t, c.SetUser(ctx, user, rules...))
+			opts := &redlock.Options{NodeTimeout: time.Second, RetryDelay: tc.poll, RetryJitter: time.Millisecond}
+			a := newLockerOn(t, c.ClientsAs(t, user, "app-secret"), opts)
+			b := newLockerOn(t, c.ClientsAs(t, user, "app-secret"), opts)
+			key := "lock:wake-" + tc.name
+			held, err := a.TryLock(ctx, key, time.Minute)
+			require.NoError(t, err)
+			got := waitInBackground(t, b, key, 10*time.Second)
+			if tc.drop == "" {
+				for _, n := range c.Nodes {
+					eventually(t, 5*time.Second, "a sharded subscriber on every node", func() (bool, error) {
+						k, err := shardSubscribers(ctx, n.Admin, key)
+						return k == 1, err
+					})
+				}
+			} else {
+				time.Sleep(200 * time.Millisecond)
+			}
+			released := time.Now()
+			require.NoError(t, held.Unlock(ctx), "the release succeeds, published or not")
+			r := <-got
+			require.NoError(t, r.err)
+			t.Logf("won %v after the release (poll every %v)", r.at.Sub(released), tc.poll)
+			if tc.drop == "" {
+				require.Less(t, r.at.Sub(released), 5*time.Second, "woken, not polled")
+			}
+			drain(t, a)
+			drain(t, b)
+		})
+	}
 }
