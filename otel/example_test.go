@@ -48,6 +48,12 @@ func ExampleNew() {
 		panic(err)
 	}
 	ctx := context.Background()
+	// Connections dialled and scripts loaded before the first lock, as in
+	// production: a cold first attempt on a busy machine may miss the
+	// 50 ms NodeTimeout, and the output would show its retry.
+	if err := locker.Warm(ctx); err != nil {
+		panic(err)
+	}
 	err = obs.Do(ctx, locker, "orders:42", 10*time.Second, func(ctx context.Context, lease *redlock.Lease) error {
 		return nil // the work, fenced with lease.Token() where the resource checks it
 	})
