@@ -3,6 +3,7 @@ package notice
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +29,15 @@ func (n *node) add(channel string) {
 	if err != nil {
 		return // the shard is unknown now: this node is polled for the key
 	}
+	// Against a Stop (or another Listen) of the same key racing this
+	// call: the node's wanted channels change under the Hub's lock, and
+	// only while the key is listened for (Hub.listening).
+	h := n.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.listening(channel) {
+		return // stopped meanwhile
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.byChan == nil {
@@ -48,6 +58,12 @@ func (n *node) add(channel string) {
 
 // remove gives channel up on this node.
 func (n *node) remove(channel string) {
+	h := n.hub
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.listening(channel) {
+		return // listened for again since: keep it
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	c := n.byChan[channel]
@@ -229,7 +245,13 @@ func (c *conn) probe(ctx context.Context, channel string) (int, error) {
 	case err == nil:
 		return modeSharded, nil
 	case errors.As(err, &refused):
-		return modePlain, nil
+		// Only a refusal that lasts means plain channels: no such command,
+		// or an ACL that denies it. LOADING, BUSY, MOVED, TRYAGAIN and the
+		// like are passing: ask again.
+		msg := strings.ToLower(refused.Error())
+		if strings.Contains(msg, "unknown command") || strings.HasPrefix(msg, "noperm") {
+			return modePlain, nil
+		}
 	}
 	return modeUnknown, err
 }
@@ -269,7 +291,18 @@ func (c *conn) read(ps *redis.PubSub) {
 			}
 			var refused redis.Error
 			if errors.As(err, &refused) {
-				continue // a refused subscription: that channel stays unconfirmed, and is polled
+				// A refused subscription (BUSY, say): go-redis does not
+				// say which, so every unconfirmed channel is sent again,
+				// after a backoff.
+				c.mu.Lock()
+				for ch := range c.sent {
+					if !c.confirmed[ch] {
+						delete(c.sent, ch)
+					}
+				}
+				c.mu.Unlock()
+				c.retryLater()
+				continue
 			}
 			// The connection failed (closed, killed, reset): go-redis
 			// reopens it at the next receive and subscribes again; the
@@ -288,7 +321,9 @@ func (c *conn) read(ps *redis.PubSub) {
 			c.mu.Lock()
 			switch m.Kind {
 			case "subscribe", "ssubscribe":
-				if c.sent[m.Channel] {
+				// Wanted is enough: the confirmation may come before the
+				// manager has marked the channel sent.
+				if c.want[m.Channel] || c.sent[m.Channel] {
 					c.confirmed[m.Channel] = true
 				}
 				c.failures = 0

@@ -183,7 +183,10 @@ func (h *Hub) Listen(key string) *Listener {
 	if first {
 		for _, n := range h.nodes {
 			if n != nil {
-				n.add(channel)
+				// In the background: finding a Cluster node's shard may
+				// take a round trip, which must not hold Lock past its
+				// context (Ready waits, bounded by the caller).
+				go n.add(channel)
 			}
 		}
 	}
@@ -352,4 +355,10 @@ func (k *listened) find(value string) *release {
 	*r = release{value: value}
 	k.next = (k.next + 1) % len(k.recent)
 	return r
+}
+
+// listening reports whether channel's key is listened for; h.mu held.
+func (h *Hub) listening(channel string) bool {
+	_, ok := h.byChan[channel]
+	return ok
 }

@@ -137,12 +137,15 @@ func (t *Queues) Released(key string) {
 
 // Notice tells key's queue that the key was released elsewhere (another
 // process's lease, heard on its release channel): its head is woken to try
-// at once, unless a lease of this Locker holds the key (the notice is then
-// an old one).
+// at once.
 func (t *Queues) Notice(key string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if q := t.keys[key]; q != nil && !q.held && len(q.waiters) > 0 {
+	// A lease of this Locker marked held may have expired unreleased, and
+	// another holder's release is what this says: held no longer (an old
+	// notice costs one attempt that finds the key taken).
+	if q := t.keys[key]; q != nil && len(q.waiters) > 0 {
+		q.held = false
 		q.waiters[0].noticed.Store(true)
 		q.waiters[0].signal()
 	}

@@ -1,0 +1,123 @@
+package notice_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/internal/redisproc"
+	"github.com/redlock/redlock/redlock/internal/notice"
+)
+
+// attackKeys is a mix of odd keys: braces in every position, binary bytes,
+// long keys, and random ones.
+func attackKeys() []string {
+	keys := []string{"", "{", "}", "{a", "a}", "{}", "}{", "{}{x}", "{x}{}", "a{}b{c}", "{{a}}", "{a{b}c}",
+		"}{a}", "a}{b}", "a{b", "\x00", "{\x00}", "\xff{\xfe}\x00", "{\n}", "%{", "{%}", "[{]}", "{.*}", "a{" + strings.Repeat("b", 1000) + "}",
+		strings.Repeat("k", 100000), strings.Repeat("{", 300) + "}", "{" + strings.Repeat("}", 300)}
+	r := rand.New(rand.NewPCG(1, 2))
+	alphabet := []byte{'{', '}', 'a', 0, 0xff, '%', '.'}
+	for range 300 {
+		b := make([]byte, r.IntN(12))
+		for i := range b {
+			b[i] = alphabet[r.IntN(len(alphabet))]
+		}
+		keys = append(keys, string(b))
+	}
+	return keys
+}
+
+// The release script computes the channel as Channel (hashtag.Beside) does,
+// and never fails, for odd keys; on miniredis (PUBLISH) and on a real
+// Redis 7 (SPUBLISH).
+func TestAttackScriptChannelForOddKeys(t *testing.T) {
+	m := miniredis.RunT(t)
+	servers := map[string]string{"miniredis": m.Addr()}
+	if s, err := redisproc.Start(t.Context(), "redis-server"); err == nil {
+		t.Cleanup(func() { s.Close() })
+		servers["redis7"] = s.Addr()
+	}
+	for name, addr := range servers {
+		t.Run(name, func(t *testing.T) {
+			c := client(t, addr)
+			ctx := context.Background()
+			var ps *redis.PubSub
+			if name == "redis7" {
+				ps = c.PSubscribe(ctx, "*") // SPUBLISH is not seen by PSUBSCRIBE: check by SSUBSCRIBE per key below
+			} else {
+				ps = c.PSubscribe(ctx, "*")
+			}
+			defer ps.Close()
+			_, err := ps.ReceiveTimeout(ctx, time.Second)
+			require.NoError(t, err)
+			for i, key := range attackKeys() {
+				want, ok := notice.Channel(key)
+				value := fmt.Sprintf("v%d", i)
+				var sps *redis.PubSub
+				if name == "redis7" && ok {
+					sps = c.SSubscribe(ctx, want)
+					_, err := sps.ReceiveTimeout(ctx, time.Second)
+					require.NoError(t, err)
+				}
+				require.NoError(t, c.Set(ctx, key, value, time.Minute).Err())
+				n, err := c.Eval(ctx, releaseLua, []string{key}, value, "notify").Int()
+				require.NoError(t, err, "key %q", key)
+				require.Equal(t, 1, n, "key %q", key)
+				if sps != nil {
+					msg, err := sps.ReceiveTimeout(ctx, time.Second)
+					require.NoError(t, err, "key %q: no sharded notice on %q", key, want)
+					require.Equal(t, value, msg.(*redis.Message).Payload)
+					sps.Close()
+					continue
+				}
+				if name == "redis7" {
+					continue
+				}
+				msg, err := ps.ReceiveTimeout(ctx, 50*time.Millisecond)
+				if !ok {
+					require.Error(t, err, "key %q has no channel but published %v", key, msg)
+					continue
+				}
+				require.NoError(t, err, "key %q", key)
+				require.Equal(t, want, msg.(*redis.Message).Channel, "key %q", key)
+				require.Equal(t, value, msg.(*redis.Message).Payload)
+			}
+		})
+	}
+}
+
+// Listen and the last Stop of the same key race: the Stop's unsubscribe
+// (node.remove, run after Hub.mu is released) can land after the new
+// Listen's subscribe (node.add), leaving a live Listener whose channel is
+// wanted on no node: Ready waits its full timeout and no notice comes.
+func TestAttackListenRacesLastStop(t *testing.T) {
+	m := miniredis.RunT(t)
+	c := client(t, m.Addr())
+	var got heard
+	h := notice.New([]notice.Source{notice.Subscribable(c)}, got.deliver, notice.Options{Timeout: time.Second})
+	ctx := t.Context()
+	for i := range 3000 {
+		old := h.Listen("k")
+		var fresh *notice.Listener
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); old.Stop() }()
+		go func() { defer wg.Done(); fresh = h.Listen("k") }()
+		wg.Wait()
+		if n := fresh.Ready(ctx, 1, 500*time.Millisecond); n != 1 {
+			// Still deaf afterwards: not a slow confirmation.
+			time.Sleep(200 * time.Millisecond)
+			t.Fatalf("iteration %d: a live Listener is confirmed on %d nodes (now %d, connections %d): its subscription was undone by the earlier Stop", i, n, h.Confirmed("k"), h.Connections())
+		}
+		fresh.Stop()
+	}
+	require.Eventually(t, func() bool { return h.Connections() == 0 }, 5*time.Second, time.Millisecond)
+}

@@ -1,0 +1,116 @@
+package notice_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/internal/redisproc"
+	"github.com/redlock/redlock/redlock/internal/notice"
+)
+
+func redis7(t *testing.T) *redisproc.Server {
+	s, err := redisproc.Start(t.Context(), "redis-server")
+	if err != nil {
+		t.Skipf("no redis-server: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// serverError is a server's error reply (what go-redis returns for
+// -LOADING, -BUSY, -MOVED, -TRYAGAIN, -MASTERDOWN ...).
+type serverError string
+
+func (e serverError) Error() string { return string(e) }
+func (serverError) RedisError()     {}
+
+// failFirstDo answers the first Do (the conn's SPUBLISH probe) with a
+// transient server error, as a node that is loading, busy with a script,
+// or mid-migration answers.
+type failFirstDo struct {
+	*redis.Client
+	failed bool
+}
+
+func (c *failFirstDo) Do(ctx context.Context, args ...any) *redis.Cmd {
+	if !c.failed {
+		c.failed = true
+		cmd := redis.NewCmd(ctx, args...)
+		cmd.SetErr(serverError("LOADING Redis is loading the dataset in memory"))
+		return cmd
+	}
+	return c.Client.Do(ctx, args...)
+}
+
+// A transient error reply to the probe is taken for "no SPUBLISH here":
+// the connection subscribes with plain SUBSCRIBE for its whole life, is
+// confirmed (Ready says heard), but the release script's SPUBLISH, which
+// succeeds on Redis 7, reaches only sharded subscribers: every release
+// is missed while Ready claimed none would be.
+func TestAttackTransientProbeErrorMeansPlainForever(t *testing.T) {
+	s := redis7(t)
+	c := client(t, s.Addr())
+	wrapped := &failFirstDo{Client: c}
+	var got heard
+	src := func(context.Context, string) (notice.Client, string, error) { return wrapped, "", nil }
+	h := notice.New([]notice.Source{src}, got.deliver, notice.Options{Timeout: time.Second})
+	l := h.Listen("k")
+	defer l.Stop()
+	require.Equal(t, 1, l.Ready(t.Context(), 1, 3*time.Second), "confirmed")
+	release(t, c, "k", "v1")
+	require.Eventually(t, func() bool { return got.count() == 1 }, 3*time.Second, time.Millisecond,
+		"Ready confirmed the subscription, yet the release's notice never came (the probe's LOADING made it a plain SUBSCRIBE; the script SPUBLISHed)")
+}
+
+// Control of the above: without the probe's error the notice comes.
+func TestAttackProbeControl(t *testing.T) {
+	s := redis7(t)
+	c := client(t, s.Addr())
+	var got heard
+	h := notice.New([]notice.Source{notice.Subscribable(c)}, got.deliver, notice.Options{Timeout: time.Second})
+	l := h.Listen("k")
+	defer l.Stop()
+	require.Equal(t, 1, l.Ready(t.Context(), 1, 3*time.Second))
+	release(t, c, "k", "v1")
+	require.Eventually(t, func() bool { return got.count() == 1 }, 3*time.Second, time.Millisecond)
+}
+
+// A real Redis 7 busy with a long script while a key is first listened:
+// the probe (SPUBLISH) gets -BUSY, and the subscription that follows is
+// refused with -BUSY too; the reader takes the refusal as final (sent
+// stays set), so the key is never subscribed on this connection, even
+// long after the script ended.
+func TestAttackBusyScriptWhileListeningDeafensTheKey(t *testing.T) {
+	s := redis7(t)
+	c := client(t, s.Addr())
+	admin := client(t, s.Addr())
+	require.NoError(t, admin.ConfigSet(t.Context(), "busy-reply-threshold", "10").Err())
+	busy := make(chan error, 1)
+	go func() {
+		// about a second of pure Lua
+		busy <- admin.Eval(context.Background(), "local i = 0 while i < 150000000 do i = i + 1 end return 1", nil).Err()
+	}()
+	time.Sleep(200 * time.Millisecond) // past busy-reply-threshold
+	var got heard
+	h := notice.New([]notice.Source{notice.Subscribable(c)}, got.deliver, notice.Options{Timeout: time.Second})
+	l := h.Listen("k")
+	defer l.Stop()
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, <-busy, "the busy script")
+	n := l.Ready(t.Context(), 1, 5*time.Second)
+	release(t, c, "k", "v1")
+	ok := false
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) && !ok {
+		ok = got.count() == 1
+		time.Sleep(time.Millisecond)
+	}
+	ch, _ := notice.Channel("k")
+	shard, _ := admin.PubSubShardNumSub(t.Context(), ch).Result()
+	plain, _ := admin.PubSubNumSub(t.Context(), ch).Result()
+	require.True(t, ok && n == 1, "after the script ended: Ready got %d of 1; notice delivered %v; server has %d sharded and %d plain subscribers of %s", n, ok, shard[ch], plain[ch], ch)
+}

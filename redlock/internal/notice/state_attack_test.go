@@ -1,0 +1,77 @@
+package notice
+
+// Internal views of the two failures of notice_attack_test.go and
+// confirm_attack_test.go: what node and conn hold when a live Listener
+// stays unconfirmed.
+
+import (
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+func attackHub(t *testing.T) (*Hub, *miniredis.Miniredis) {
+	m := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
+	t.Cleanup(func() { c.Close() })
+	return New([]Source{Subscribable(c)}, func(string) {}, Options{Timeout: time.Second}), m
+}
+
+// The last Stop's node.remove runs after a new first Listen's node.add:
+// the new Listener's channel is wanted nowhere (node.byChan has no entry),
+// though the Hub counts it listened (refs 1). Every later Listener of the
+// key, while any is held, shares that non-subscription.
+func TestAttackStateOrphanedListener(t *testing.T) {
+	h, _ := attackHub(t)
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; time.Now().Before(deadline); i++ {
+		old := h.Listen("k")
+		var fresh *Listener
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); old.Stop() }()
+		go func() { defer wg.Done(); fresh = h.Listen("k") }()
+		wg.Wait()
+		time.Sleep(time.Millisecond) // let remove land
+		h.mu.Lock()
+		refs := 0
+		if k := h.keys["k"]; k != nil {
+			refs = k.refs
+		}
+		h.mu.Unlock()
+		nd := h.nodes[0]
+		nd.mu.Lock()
+		_, wanted := nd.byChan[fresh.channel]
+		nd.mu.Unlock()
+		if refs == 1 && !wanted {
+			second := h.Listen("k") // another waiter joins: shares the hole
+			got := second.Ready(t.Context(), 1, 300*time.Millisecond)
+			t.Fatalf("iteration %d: key listened (refs %d) but its channel is wanted on no node; a later Listener's Ready got %d after its full timeout", i, refs, got)
+		}
+		fresh.Stop()
+	}
+}
+
+// A new channel's confirmation reaches the reader before conn.step marks
+// it sent: want and sent are true, the server has the subscription, and
+// confirmed stays false for as long as the connection lives.
+func TestAttackStateConfirmationDropped(t *testing.T) {
+	h, m := attackHub(t)
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; time.Now().Before(deadline); i++ {
+		l := h.Listen("key" + strconv.Itoa(i))
+		if n := l.Ready(t.Context(), 1, 500*time.Millisecond); n != 1 {
+			nd := h.nodes[0]
+			nd.mu.Lock()
+			cn := nd.byChan[l.channel]
+			nd.mu.Unlock()
+			cn.mu.Lock()
+			defer cn.mu.Unlock()
+			t.Fatalf("key %d: want=%v sent=%v confirmed=%v, server subscribed=%v", i, cn.want[l.channel], cn.sent[l.channel], cn.confirmed[l.channel], len(m.PubSubChannels(l.channel)) == 1)
+		}
+	}
+}
