@@ -256,14 +256,16 @@ func (c *conn) probe(ctx context.Context, channel string) (int, error) {
 	return modeUnknown, err
 }
 
-// retryLater pokes the manager again after a backoff that grows with the
-// failures in a row, up to a second.
-func (c *conn) retryLater() {
+// retryLater pokes the manager again after backoff.
+func (c *conn) retryLater() { time.AfterFunc(c.backoff(), c.poke) }
+
+// backoff counts one more failure in a row and returns the wait before
+// the next try: 50 ms doubling, up to a second.
+func (c *conn) backoff() time.Duration {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.failures++
-	wait := min(time.Second, 25*time.Millisecond<<min(c.failures, 6))
-	c.mu.Unlock()
-	time.AfterFunc(wait, c.poke)
+	return min(time.Second, 25*time.Millisecond<<min(c.failures, 6))
 }
 
 // read receives on ps until it is closed or replaced: confirmations,
@@ -308,11 +310,7 @@ func (c *conn) read(ps *redis.PubSub) {
 			// reopens it at the next receive and subscribes again; the
 			// confirmations come as messages.
 			c.unconfirm()
-			c.mu.Lock()
-			c.failures++
-			wait := min(time.Second, 25*time.Millisecond<<min(c.failures, 6))
-			c.mu.Unlock()
-			time.Sleep(wait)
+			time.Sleep(c.backoff())
 			continue
 		}
 		pinged = false

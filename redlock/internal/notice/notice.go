@@ -20,6 +20,7 @@ package notice
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -92,6 +93,8 @@ type Hub struct {
 	nodes   []*node // nil: the node cannot subscribe
 	deliver func(key string)
 	opts    Options
+
+	active atomic.Int64 // len(keys), read without mu by Expect (every Unlock)
 
 	mu      sync.Mutex
 	keys    map[string]*listened // by key
@@ -177,6 +180,7 @@ func (h *Hub) Listen(key string) *Listener {
 		k = &listened{channel: channel}
 		h.keys[key] = k
 		h.byChan[channel] = key
+		h.active.Add(1)
 	}
 	k.refs++
 	h.mu.Unlock()
@@ -210,6 +214,7 @@ func (l *Listener) Stop() {
 		if last {
 			delete(h.keys, l.key)
 			delete(h.byChan, l.channel)
+			h.active.Add(-1)
 		}
 		h.mu.Unlock()
 		if last {
@@ -281,8 +286,8 @@ func (h *Hub) confirmed(channel string) int {
 // Expect marks value as a release this Locker is making itself (Unlock):
 // its notices are not delivered, since the Locker wakes its own waiters.
 func (h *Hub) Expect(key, value string) {
-	if h == nil {
-		return
+	if h == nil || h.active.Load() == 0 {
+		return // no key listened: nothing to mark, and no lock taken
 	}
 	h.mu.Lock()
 	if k := h.keys[key]; k != nil {

@@ -36,17 +36,24 @@ func TestAttackStateOrphanedListener(t *testing.T) {
 		go func() { defer wg.Done(); old.Stop() }()
 		go func() { defer wg.Done(); fresh = h.Listen("k") }()
 		wg.Wait()
-		time.Sleep(time.Millisecond) // let remove land
-		h.mu.Lock()
-		refs := 0
-		if k := h.keys["k"]; k != nil {
-			refs = k.refs
+		// Listen adds the channel to the node in the background: give the
+		// add (and any late remove) a second to land.
+		refs, wanted := 0, false
+		for end := time.Now().Add(time.Second); ; time.Sleep(time.Millisecond) {
+			h.mu.Lock()
+			refs = 0
+			if k := h.keys["k"]; k != nil {
+				refs = k.refs
+			}
+			h.mu.Unlock()
+			nd := h.nodes[0]
+			nd.mu.Lock()
+			_, wanted = nd.byChan[fresh.channel]
+			nd.mu.Unlock()
+			if wanted || time.Now().After(end) {
+				break
+			}
 		}
-		h.mu.Unlock()
-		nd := h.nodes[0]
-		nd.mu.Lock()
-		_, wanted := nd.byChan[fresh.channel]
-		nd.mu.Unlock()
 		if refs == 1 && !wanted {
 			second := h.Listen("k") // another waiter joins: shares the hole
 			got := second.Ready(t.Context(), 1, 300*time.Millisecond)
