@@ -33,3 +33,13 @@ func Listening(l *Locker, key string) int { return l.notices.Confirmed(key) }
 
 // Subscribers is how many subscriber connections l has open.
 func Subscribers(l *Locker) int { return l.notices.Connections() }
+
+// NoLines stops Lockers from joining keys' lines of waiting Lockers (the
+// turns test's control); the returned function restores it.
+func NoLines() (restore func()) {
+	noLines.Store(true)
+	return func() { noLines.Store(false) }
+}
+
+// ID is l's id in keys' lines.
+func ID(l *Locker) string { return l.id }

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/redlock/redlock/quorum"
@@ -36,6 +37,9 @@ type fan struct {
 	// found is where an operator's round (Inspect, Revoke) puts what each
 	// node holds for the key; found[i] is written by node i's reply.
 	found []holding
+	// passed counts the nodes whose release named another Locker's turn
+	// (readRelease).
+	passed *atomic.Int32
 	// timing, if set, records each node's reply time, for events (see
 	// Locker.timing).
 	timing *latencies
@@ -45,7 +49,7 @@ type fan struct {
 // round, whose replies read turns into votes (see vote.go).
 func (l *Locker) fanOut(ctx context.Context, f fan, c wire.Command, read reader) *quorum.Round[Outcome] {
 	round := quorum.Begin[Outcome](len(l.nodes))
-	b := &ballot{round: round, read: read, calls: &l.inflight, nodes: l.nodes, value: f.value, counters: f.counters, found: f.found, timing: f.timing}
+	b := &ballot{round: round, read: read, calls: &l.inflight, nodes: l.nodes, value: f.value, counters: f.counters, found: f.found, passed: f.passed, timing: f.timing}
 	b.watched = c.Guarded && f.timing != nil
 	l.inflight.add(len(l.nodes))
 	if l.pipelined {

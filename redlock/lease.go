@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redlock/redlock/quorum"
@@ -27,6 +28,10 @@ type Lease struct {
 	// that landed after the release would set the key again. Under op.
 	acquired *quorum.Round[Outcome]
 	heldBy   *quorum.Round[Outcome] // the round that set the current validity (acquisition or last extension); under op
+
+	// passed: Unlock's nodes whose release named another Locker's turn
+	// (a field, not a local, so that Unlock allocates nothing for it)
+	passed atomic.Int32
 
 	op   sync.Mutex // serializes Extend, Unlock and Check
 	keys []string   // the extend and check scripts' keys (scriptKeys); under op
@@ -377,12 +382,14 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	start := lk.opts.Clock.Now()
 	timing := lk.timing()
 	lk.notices.Expect(l.key, l.value) // this Locker wakes its own waiters: Released below
-	round := lk.release(ctx, l.key, l.value, l.acquired, ttl, timing, nil, true)
+	round := lk.release(ctx, l.key, l.value, l.acquired, ttl, timing, nil, &l.passed)
 	tally := round.Decide(detached, lk.opts.NodeTimeout, granted)
-	lk.turns.Released(l.key) // the next Lock waiting here tries at once
+	// The next Lock waiting here tries at once, unless the release named
+	// another Locker's turn: it then joins the key's line.
+	lk.turns.Released(l.key, l.passed.Load() > 0)
 	var err error
 	if !tally.Won {
-		err = lk.roundError(detached, "unlock", wire.ScriptCommand(releaseScript, []string{l.key}, l.value, notifyArg), tally, timing)
+		err = lk.roundError(detached, "unlock", lk.unlockCommand(l.key, l.value), tally, timing)
 	}
 	if timing != nil {
 		lk.emit(Event{Op: OpUnlock, Key: l.key, Duration: lk.opts.Clock.Now().Sub(start), Token: l.token, Err: err, Nodes: lk.nodeResultsOf(err, tally, timing)})

@@ -30,6 +30,7 @@ type Locker struct {
 	releases releases     // releases in flight, which acquisitions wait for
 	turns    waitq.Queues // Lock calls waiting for each key, in order
 	notices  *notice.Hub  // release notices for the keys Lock waits for (nil: Options.NoWakeUps)
+	id       string       // this Locker in the keys' lines of waiting Lockers (see joinLine)
 	durable  durableCheck
 	// pipelined: some node has a pipeline, which shares a round's command
 	// in its wire form (wire.Command.Bind)
@@ -61,12 +62,12 @@ func New(nodes []Node, opts *Options) (*Locker, error) {
 			}
 		}
 	}
-	l := &Locker{nodes: ns, opts: o, bound: o.bound()}
+	l := &Locker{nodes: ns, opts: o, bound: o.bound(), id: newValue("")}
 	for _, n := range ns {
 		l.pipelined = l.pipelined || n.pipelined
 	}
 	if !o.NoWakeUps {
-		l.notices = newNotices(ns, &l.turns, o.NodeTimeout)
+		l.notices = newNotices(ns, &l.turns, o.NodeTimeout, l.id)
 	}
 	return l, nil
 }
@@ -118,25 +119,49 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 	if !first {
 		listen = l.notices.Listen(key)
 	}
+	var joined time.Time // when this call last joined the key's line (zero: not in it)
 	defer func() {
 		l.turns.Leave(key, w, won)
 		listen.Stop()
+		if !won && !joined.IsZero() && l.turns.Waiting(key) == 0 {
+			l.leaveLine(key) // no waiter here is left to take a turn named for this Locker
+		}
 	}()
 	var decided error       // the last attempt that the nodes, not ctx, decided
 	attempts, split := 0, 0 // split: attempts lost in a row with some nodes granted
 	heard := false          // listen was confirmed (or waited for) before an attempt
-	ready := first && !held
-	for {
-		if !ready && !l.awaitTurn(ctx, key, w, l.retryWait()+l.splitBackoff(split)) {
-			break // ctx ended
-		}
-		ready = false
+	hear := func() {
 		if listen != nil && !heard {
-			// The attempt goes after the subscription is confirmed, so a
-			// release after it is heard (see package notice).
+			// What follows (an attempt, a join) goes after the
+			// subscription is confirmed, so that a release after it is
+			// heard (see package notice).
 			heard = true
 			listen.Ready(ctx, l.needHeard(), l.opts.NodeTimeout)
 		}
+	}
+	join := func() {
+		if listen == nil {
+			listen = l.notices.Listen(key)
+		}
+		if listen != nil {
+			hear()
+			l.joinLine(key)
+			joined = l.opts.Clock.Now()
+		}
+	}
+	ready := first && !held
+	for {
+		if !ready {
+			turn := l.awaitTurn(ctx, key, w, l.retryWait()+l.splitBackoff(split), join)
+			if turn == turnEnded {
+				break // ctx ended
+			}
+			if turn == turnNamed {
+				joined = time.Time{} // the release took this Locker's place in the line
+			}
+		}
+		ready = false
+		hear()
 		attempts++
 		var lease *Lease
 		lease, err = l.attempt(ctx, req, attempts)
@@ -158,7 +183,8 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 		} else {
 			split = 0
 		}
-		if listen == nil {
+		switch {
+		case listen == nil:
 			// The first attempt found the key taken: listen, and try again
 			// once listening, so that no release after that try is missed.
 			if f := beforeListen.Load(); f != nil {
@@ -167,6 +193,10 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 			if listen = l.notices.Listen(key); listen != nil && split == 0 && !noRetryAfterListen.Load() {
 				ready = true
 			}
+		case joined.IsZero() || l.opts.Clock.Now().Sub(joined) > lineTTL/3:
+			// Listening, and the key is taken: wait in the key's line, so
+			// that a release names this Locker when its turn comes.
+			join()
 		}
 	}
 	if decided == nil {
@@ -178,12 +208,24 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 	return nil, fmt.Errorf("redlock: lock %q: gave up after %d attempts: %w; last decided attempt: %w", key, attempts, contextError(ctx), decided)
 }
 
+// turn is what awaitTurn saw: a turn to try (named for this Locker by a
+// release elsewhere, or not), or ctx's end.
+type turn uint8
+
+const (
+	turnEnded turn = iota
+	turnTry
+	turnNamed
+)
+
 // awaitTurn waits until w, in key's queue, may send its next attempt: once
-// it is the head, at a release of the key by this Locker, or after poll
-// (for releases elsewhere, and leases that expire unreleased). A waiter
-// behind the head sends nothing and only waits to move up. It reports false
-// when ctx ends first.
-func (l *Locker) awaitTurn(ctx context.Context, key string, w *waitq.Waiter, poll time.Duration) bool {
+// it is the head, at a release of the key by this Locker, at a release
+// elsewhere that named this Locker's turn or no one's, or after poll (for
+// releases no notice told of, and leases that expire unreleased). A waiter
+// behind the head sends nothing and only waits to move up. A release here
+// that named another Locker's turn calls passed (which joins the key's
+// line), and the wait goes on. It reports turnEnded when ctx ends first.
+func (l *Locker) awaitTurn(ctx context.Context, key string, w *waitq.Waiter, poll time.Duration, passed func()) turn {
 	var timer *time.Timer // the poll, counted from when w is the head
 	defer func() {
 		if timer != nil {
@@ -199,11 +241,12 @@ func (l *Locker) awaitTurn(ctx context.Context, key string, w *waitq.Waiter, pol
 				// that left without taking it: a new head that finds the
 				// key not held here tries at once.
 				if first, held := l.turns.Head(key, w); first && !held {
-					return true
+					w.Woken()
+					return turnTry
 				}
 				continue
 			case <-ctx.Done():
-				return false
+				return turnEnded
 			}
 		}
 		if timer == nil {
@@ -211,22 +254,34 @@ func (l *Locker) awaitTurn(ctx context.Context, key string, w *waitq.Waiter, pol
 		}
 		select {
 		case <-w.Wake:
-			if _, held := l.turns.Head(key, w); !held {
-				if w.Noticed() {
-					// A release elsewhere: every other Locker's head
-					// heard it too. Attempts sent at one moment split
-					// the nodes between them and none wins; a random
-					// stagger of up to two round trips lets the first
-					// take every node.
-					return l.stagger(ctx)
-				}
-				return true // released here, or the head before left without a lease
+			why := w.Woken()
+			if why&waitq.Passed != 0 {
+				passed()
 			}
-			// moved up behind a lease of this Locker: wait for its release
+			_, held := l.turns.Head(key, w)
+			switch {
+			case why&waitq.NamedThis != 0:
+				return turnNamed
+			case held:
+				// moved up behind a lease of this Locker: wait for its release
+			case why&waitq.ReleasedHere != 0 || why == 0:
+				return turnTry // released here, or the head before left without a lease
+			case why&waitq.NamedNobody != 0:
+				// A release elsewhere that named no Locker: every other
+				// Locker's head heard it too. Attempts sent at one moment
+				// split the nodes between them and none wins; a random
+				// stagger of up to two round trips lets the first take
+				// every node.
+				if !l.stagger(ctx) {
+					return turnEnded
+				}
+				return turnTry
+			}
+			// passed: the turn is another Locker's; wait for this one's
 		case <-timer.C:
-			return true
+			return turnTry
 		case <-ctx.Done():
-			return false
+			return turnEnded
 		}
 	}
 }
@@ -367,7 +422,7 @@ func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error
 	if timing != nil {
 		releaseTiming = l.timing()
 	}
-	released := l.release(ctx, req.key, value, round, req.granted, releaseTiming, refusedIn(round), false)
+	released := l.release(ctx, req.key, value, round, req.granted, releaseTiming, refusedIn(round), nil)
 	if timing != nil {
 		// Before waiting for the granted nodes: the release's report
 		// must be counted in flight (Drain) before this attempt returns.
@@ -431,13 +486,24 @@ func (l *Locker) waitGranted(round *quorum.Round[Outcome], tally quorum.Tally[Ou
 // Unlock does; a failed attempt's release does not, since the key was not
 // theirs to wait for (waking every other Locker's head at each lost
 // attempt would make a storm of attempts under contention).
-func (l *Locker) release(ctx context.Context, key, value string, acquired *quorum.Round[Outcome], ttl time.Duration, timing *latencies, skip func(int) error, notify bool) *quorum.Round[Outcome] {
-	f := fan{after: acquired, skip: skip, timeout: max(ttl, l.opts.NodeTimeout), release: key, timing: timing}
-	c := wire.ScriptCommand(releaseScript, []string{key}, value)
-	if notify {
-		c = wire.ScriptCommand(releaseScript, []string{key}, value, notifyArg)
+//
+// passed is nil for a failed attempt's release; for a lease's Unlock it
+// counts the nodes whose release named another Locker's turn: the script
+// then publishes the release to the key's waiters (see package notice).
+func (l *Locker) release(ctx context.Context, key, value string, acquired *quorum.Round[Outcome], ttl time.Duration, timing *latencies, skip func(int) error, passed *atomic.Int32) *quorum.Round[Outcome] {
+	f := fan{after: acquired, skip: skip, timeout: max(ttl, l.opts.NodeTimeout), release: key, timing: timing, passed: passed}
+	c, read := wire.ScriptCommand(releaseScript, []string{key}, value), readScript
+	if passed != nil {
+		c, read = l.unlockCommand(key, value), readRelease
 	}
-	return l.fanOut(context.WithoutCancel(ctx), f, c.Of(value, wire.RoleReleases), readScript)
+	return l.fanOut(context.WithoutCancel(ctx), f, c.Of(value, wire.RoleReleases), read)
+}
+
+// unlockCommand is a lease's release: it publishes to the key's waiters
+// (ARGV[2], notifyArg) and names the next Locker in the key's line, other
+// than this one (ARGV[3]).
+func (l *Locker) unlockCommand(key, value string) wire.Command {
+	return wire.ScriptCommand(releaseScript, []string{key}, value, notifyArg, l.id)
 }
 
 // notifyArg is the release script's ARGV[2] that asks it to publish.

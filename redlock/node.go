@@ -35,6 +35,10 @@ var (
 	releaseLua    string
 	releaseScript = wire.NewScript("release", "GET, DEL", releaseLua)
 
+	//go:embed scripts/join.lua
+	joinLua    string
+	joinScript = wire.NewScript("join", "LPOS, RPUSH, PEXPIRE", joinLua)
+
 	//go:embed scripts/extend.lua
 	extendLua    string
 	extendScript = singleKey(wire.NewScript("extend", "GET, PEXPIRE, SET", extendLua), extendWithoutTombstone)
@@ -203,6 +207,20 @@ func readAcquire(b *ballot, _ int, cmd *redis.Cmd) (Outcome, error) {
 // healing extension 2: the key was missing and is set again, and from an
 // extension or check -2: an operator revoked the lease (Locker.Revoke).
 func readScript(_ *ballot, _ int, cmd *redis.Cmd) (Outcome, error) {
+	return scriptOutcome(cmd)
+}
+
+// readRelease reads a lease's release (Unlock): 2 is also a deletion,
+// which named another Locker's turn in the key's line (see
+// Locker.joinLine), counted in the ballot's passed.
+func readRelease(b *ballot, _ int, cmd *redis.Cmd) (Outcome, error) {
+	if code, err := cmd.Int64(); err == nil && code == 2 && b.passed != nil {
+		b.passed.Add(1)
+	}
+	return scriptOutcome(cmd)
+}
+
+func scriptOutcome(cmd *redis.Cmd) (Outcome, error) {
 	code, err := cmd.Int64()
 	if err != nil {
 		return Failed, err

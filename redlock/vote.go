@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,10 +21,11 @@ type ballot struct {
 	read     reader
 	calls    *tracker // every call in flight, for Drain
 	nodes    []node
-	value    string     // the lease's value, for readAcquire
-	counters []uint64   // phase-1 fencing counters, which readFenced fills in
-	found    []holding  // what each node holds, which readInspect and readRevoke fill in
-	timing   *latencies // each node's reply time, for events; nil without an Observer
+	value    string        // the lease's value, for readAcquire
+	counters []uint64      // phase-1 fencing counters, which readFenced fills in
+	found    []holding     // what each node holds, which readInspect and readRevoke fill in
+	passed   *atomic.Int32 // releases that named another Locker's turn, which readRelease counts
+	timing   *latencies    // each node's reply time, for events; nil without an Observer
 	// watched: a guarded round of an observed Locker, whose guard verdicts
 	// each node's watch records (see nodeWatch)
 	watched bool

@@ -2,27 +2,92 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	mathrand "math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redlock/redlock/redlock/internal/notice"
 	"github.com/redlock/redlock/redlock/internal/waitq"
+	"github.com/redlock/redlock/redlock/internal/wire"
 )
 
 // newNotices is the Locker's release notices (package notice): each node
 // that is a go-redis client subscribes while some Lock waits, and a notice
-// wakes the head of the key's queue (waitq.Queues.Notice).
-func newNotices(nodes []node, turns *waitq.Queues, timeout time.Duration) *notice.Hub {
+// wakes the head of the key's queue (waitq.Queues.Notice) unless it named
+// another Locker's turn.
+func newNotices(nodes []node, turns *waitq.Queues, timeout time.Duration, id string) *notice.Hub {
 	sources := make([]notice.Source, len(nodes))
 	for i, n := range nodes {
 		sources[i] = notice.Subscribable(n.Node)
 	}
-	h := notice.New(sources, turns.Notice, notice.Options{Timeout: max(timeout, time.Second), Majority: len(nodes)/2 + 1})
+	deliver := func(key string, turn notice.Turn) {
+		named := waitq.NamedNobody
+		switch turn {
+		case notice.TurnThis:
+			named = waitq.NamedThis
+		case notice.TurnOther:
+			named = waitq.NamedOther
+		}
+		turns.Notice(key, named)
+	}
+	h := notice.New(sources, deliver, notice.Options{Timeout: max(timeout, time.Second), Majority: len(nodes)/2 + 1, ID: id})
 	if h.Nodes() == 0 {
 		return nil
 	}
 	return h
+}
+
+// lineTTL is how long a key's line of waiting Lockers lasts on a node
+// after a Locker last joined it: a crashed process's place is dropped
+// within it. A waiting Locker joins again (keeping its place) after a
+// failed attempt once a third of it has passed.
+const lineTTL = 30 * time.Second
+
+// joinLine puts this Locker at the back of key's line on every node,
+// unless it is in the line already (see package notice): a release then
+// names it when its turn comes, and only its waiter tries. It does not
+// wait for the replies: a join that is late or lost costs the turn, which
+// the waiter's poll makes up for.
+func (l *Locker) joinLine(key string) {
+	line, ok := notice.Line(key)
+	if !ok || noLines.Load() {
+		return
+	}
+	c := wire.ScriptCommand(joinScript, []string{line}, l.id, lineTTL.Milliseconds())
+	l.fanOut(context.Background(), fan{timeout: l.opts.NodeTimeout}, c, readLine)
+}
+
+// noLines, where set, stops Lockers from joining lines: the control of
+// the turns test (export_test.go), never set otherwise.
+var noLines atomic.Bool
+
+// leaveLine takes this Locker out of key's line on every node: its last
+// waiter gave up without a lease, and a turn named for it would be lost
+// until the next waiter's poll.
+func (l *Locker) leaveLine(key string) {
+	line, ok := notice.Line(key)
+	if !ok {
+		return
+	}
+	c := wire.Command{Key: line, Args: []any{"lrem", line, 0, l.id}}
+	l.fanOut(context.Background(), fan{timeout: l.opts.NodeTimeout}, c, readLine)
+}
+
+// readLine reads a join or a leave. A server's refusal (an ACL without the
+// list commands, say) is an answer, not a failing node: the key's waiters
+// then poll, as without notices.
+func readLine(_ *ballot, _ int, cmd *redis.Cmd) (Outcome, error) {
+	if err := cmd.Err(); err != nil {
+		if errors.As(err, new(redis.Error)) {
+			return Missing, nil
+		}
+		return Failed, err
+	}
+	return Granted, nil
 }
 
 // needHeard is how many nodes a waiter listens on before its attempt: as

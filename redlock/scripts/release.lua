@@ -1,7 +1,9 @@
 -- Compare-and-delete: delete KEYS[1] only while it holds this lease's value
--- (ARGV[1]), and, with ARGV[2] = "notify" (a lease's Unlock), publish the
--- release. Returns 1 if deleted, 0 if the key does not exist, -1 if another
--- holder's value is there (which must never be deleted).
+-- (ARGV[1]), and, with ARGV[2] = "notify" (a lease's Unlock, by the Locker
+-- whose id is ARGV[3]), publish the release to the key's waiters, naming
+-- the Locker whose turn is next. Returns 1 if deleted, 2 if deleted and
+-- another Locker's turn was named, 0 if the key does not exist, -1 if
+-- another holder's value is there (which must never be deleted).
 local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] then
 	local deleted = redis.call("DEL", KEYS[1])
@@ -13,22 +15,41 @@ if v == ARGV[1] then
 	-- Redis Cluster node tells only the key's shard; PUBLISH otherwise. A
 	-- notice is a hint (waiters still poll): pcall, so that an ACL that
 	-- denies publishing never fails a release.
-	local key, channel = KEYS[1], nil
+	--
+	-- The line of Lockers waiting for the key (join.lua) is beside it too
+	-- ({KEY}:redlock-waiters): the next one is popped and named after the
+	-- value ("<value>\n<locker id>"), so that only its waiter tries, one
+	-- attempt per hand-off, in the order the Lockers joined. This Locker's
+	-- own place goes first: it held the key, so its place is taken.
+	local key, base = KEYS[1], nil
 	if ARGV[2] ~= "notify" then
 		return deleted
 	end
 	local open = string.find(key, "{", 1, true)
 	local close = open and string.find(key, "}", open + 1, true)
 	if close and close > open + 1 then
-		channel = key .. ":redlock-released"
+		base = key
 	elseif not string.find(key, "}", 1, true) then
-		channel = "{" .. key .. "}:redlock-released"
+		base = "{" .. key .. "}"
 	end
-	if channel then
-		local r = redis.pcall("SPUBLISH", channel, ARGV[1])
-		if type(r) == "table" and r.err then
-			redis.pcall("PUBLISH", channel, ARGV[1])
+	if not base then
+		return deleted
+	end
+	local line, message, named = base .. ":redlock-waiters", ARGV[1], false
+	if ARGV[3] and ARGV[3] ~= "" then
+		redis.pcall("LREM", line, 0, ARGV[3])
+		local nxt = redis.pcall("LPOP", line)
+		if type(nxt) == "string" then
+			message, named = ARGV[1] .. "\n" .. nxt, true
 		end
+	end
+	local channel = base .. ":redlock-released"
+	local r = redis.pcall("SPUBLISH", channel, message)
+	if type(r) == "table" and r.err then
+		redis.pcall("PUBLISH", channel, message)
+	end
+	if named then
+		return 2
 	end
 	return deleted
 elseif v == false then

@@ -99,7 +99,7 @@ func TestFirstLockOnTLSNodesBehindLatency(t *testing.T) {
 // SCRIPT LOAD for Warm. aclDurability adds what Durability and
 // RequireDurable read.
 const (
-	aclRules      = "on >app-secret resetkeys ~lock:* ~{lock:* ~redlock:memory* resetchannels &{lock:* -@all +set +get +del +pexpire +incr +time +pttl +pexpiretime +info +evalsha +eval +script|load +script|exists +ping +spublish +ssubscribe +sunsubscribe"
+	aclRules      = "on >app-secret resetkeys ~lock:* ~{lock:* ~redlock:memory* resetchannels &{lock:* -@all +set +get +del +pexpire +incr +time +pttl +pexpiretime +info +evalsha +eval +script|load +script|exists +ping +spublish +ssubscribe +sunsubscribe +lpos +rpush +lrem +lpop"
 	aclDurability = "+config|get"
 )
 

@@ -4,6 +4,13 @@
 // per node, one subscriber connection listening on the channels of the
 // keys its Locker has waiters for.
 //
+// The Lockers waiting for a key also queue on each node, in the key's line
+// (Line, joined by the join script): a release pops the next Locker from
+// the line and names it in the notice, so that of all the processes whose
+// waiters hear the release only the named one tries (see Turn). Across
+// Lockers, turns then go round in the order they joined, at one attempt
+// per hand-off, instead of every Locker's head trying at each release.
+//
 // A notice is a hint, never a grant: the woken waiter still wins or loses
 // by the quorum, and still polls (pub/sub drops messages while a
 // subscriber reconnects, and an expired key publishes nothing). What the
@@ -19,6 +26,7 @@ package notice
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +39,31 @@ import (
 // Suffix names a key's release channel: see Channel. The release script
 // (redlock/scripts/release.lua) names it the same way.
 const Suffix = ":redlock-released"
+
+// LineSuffix names a key's line: see Line. The release script names it the
+// same way.
+const LineSuffix = ":redlock-waiters"
+
+// Line is key's line of waiting Lockers on a node, a list of Locker ids in
+// key's hash slot; ok is false for a key that cannot carry a hash tag.
+func Line(key string) (line string, ok bool) {
+	l, err := hashtag.Beside(key, LineSuffix)
+	return l, err == nil
+}
+
+// Turn is whose turn a release named, as a Hub delivers it: the next
+// Locker in the key's line, on the nodes whose notices were heard.
+type Turn uint8
+
+const (
+	// TurnOpen: no Locker was named (none had joined the line): every
+	// Locker's waiter may try.
+	TurnOpen Turn = iota
+	// TurnThis: this Hub's Locker (Options.ID) was named by some node.
+	TurnThis
+	// TurnOther: only other Lockers were named; this one waits.
+	TurnOther
+)
 
 // Channel is key's release channel, in key's hash slot (so that a Redis
 // Cluster shard publishes it from a script that names only key); ok is
@@ -84,6 +117,9 @@ type Options struct {
 	// Majority is how many nodes' notices of one release wake the waiter
 	// (fewer if fewer are subscribed); at least 1.
 	Majority int
+	// ID is this Hub's Locker, as it joins key lines: a release that
+	// names it is delivered as TurnThis.
+	ID string
 }
 
 // Hub is a Locker's subscriptions: per node, at most one connection (per
@@ -91,7 +127,7 @@ type Options struct {
 // the keys listened for, and closed when none are left.
 type Hub struct {
 	nodes   []*node // nil: the node cannot subscribe
-	deliver func(key string)
+	deliver func(key string, turn Turn)
 	opts    Options
 
 	active atomic.Int64 // len(keys), read without mu by Expect (every Unlock)
@@ -111,16 +147,21 @@ type listened struct {
 }
 
 // release is what the Hub knows of one released value: how many nodes'
-// notices came, and whether it was delivered (or expected: never).
+// notices came, how many of them named this Locker's turn and how many
+// another's, whether it was delivered (or expected: never), and whether
+// as this Locker's turn.
 type release struct {
-	value string
-	heard int
-	done  bool
+	value        string
+	heard        int
+	mine, others int
+	done         bool
+	doneMine     bool
 }
 
 // New returns a Hub over sources (nil where a node cannot subscribe) that
-// calls deliver with the key of each new notice. deliver must not block.
-func New(sources []Source, deliver func(key string), opts Options) *Hub {
+// calls deliver with the key of each new notice and whose turn it named.
+// deliver must not block.
+func New(sources []Source, deliver func(key string, turn Turn), opts Options) *Hub {
 	if opts.Timeout <= 0 {
 		opts.Timeout = time.Second
 	}
@@ -291,7 +332,8 @@ func (h *Hub) Expect(key, value string) {
 	}
 	h.mu.Lock()
 	if k := h.keys[key]; k != nil {
-		k.find(value).done = true
+		r := k.find(value)
+		r.done, r.doneMine = true, true
 	}
 	h.mu.Unlock()
 }
@@ -312,10 +354,15 @@ func (h *Hub) Connections() int {
 	return n
 }
 
-// notice is a message on channel: the released value.
-func (h *Hub) notice(channel, value string) {
-	if value == "" {
+// notice is a message on channel: the released value, and, after a
+// newline, the Locker it named (values are printable ASCII).
+func (h *Hub) notice(channel, message string) {
+	if message == "" {
 		return // a probe (see conn.probe)
+	}
+	value, named := message, ""
+	if i := strings.LastIndexByte(message, '\n'); i >= 0 {
+		value, named = message[:i], message[i+1:]
 	}
 	h.mu.Lock()
 	key, ok := h.byChan[channel]
@@ -326,17 +373,41 @@ func (h *Hub) notice(channel, value string) {
 	}
 	r := k.find(value)
 	r.heard++
+	switch {
+	case named == "":
+	case named == h.opts.ID:
+		r.mine++
+	default:
+		r.others++
+	}
 	// Delivered once a majority's notices came (the key is then free on
 	// a majority: an attempt can win), or as many as are subscribed, if
 	// fewer. Waking at the first node's notice would send the attempt
 	// while the release is still on its way to the others.
-	wake := !r.done && r.heard >= min(h.opts.Majority, max(h.confirmed(channel), 1))
+	//
+	// Whose turn: this Locker's if any node heard named it (nodes may
+	// disagree, when Lockers joined their lines in different orders; the
+	// named ones try, and a loser joins again), another's if only others
+	// were named, and anyone's if no node named a Locker. A node that
+	// names this Locker after the release was delivered as another's turn
+	// delivers it again, as this one's: with three nodes naming three
+	// Lockers, each Locker's first majority may be the two that name the
+	// others, and someone must try.
+	enough := r.heard >= min(h.opts.Majority, max(h.confirmed(channel), 1))
+	wake := enough && (!r.done || (r.mine > 0 && !r.doneMine && r.others > 0))
+	turn := TurnOpen
 	if wake {
 		r.done = true
+		switch {
+		case r.mine > 0:
+			turn, r.doneMine = TurnThis, true
+		case r.others > 0:
+			turn = TurnOther
+		}
 	}
 	h.mu.Unlock()
 	if wake {
-		h.deliver(key)
+		h.deliver(key, turn)
 	}
 }
 

@@ -25,15 +25,17 @@ var releaseLua = func() string {
 	return string(b)
 }()
 
-// heard collects the keys a Hub delivers.
+// heard collects the keys a Hub delivers, and the turns.
 type heard struct {
-	mu   sync.Mutex
-	keys []string
+	mu    sync.Mutex
+	keys  []string
+	turns []notice.Turn
 }
 
-func (h *heard) deliver(key string) {
+func (h *heard) deliver(key string, turn notice.Turn) {
 	h.mu.Lock()
 	h.keys = append(h.keys, key)
+	h.turns = append(h.turns, turn)
 	h.mu.Unlock()
 }
 
@@ -171,13 +173,108 @@ func TestHubResubscribesAfterTheConnectionDrops(t *testing.T) {
 // listens to nothing, and a key with no release channel is not listened.
 func TestHubWithoutSubscribers(t *testing.T) {
 	assert.Nil(t, notice.Subscribable(struct{}{}))
-	h := notice.New([]notice.Source{nil}, func(string) {}, notice.Options{})
+	h := notice.New([]notice.Source{nil}, func(string, notice.Turn) {}, notice.Options{})
 	assert.Zero(t, h.Nodes())
 	assert.Nil(t, h.Listen("k"))
 	m := miniredis.RunT(t)
-	h = notice.New([]notice.Source{notice.Subscribable(client(t, m.Addr()))}, func(string) {}, notice.Options{})
+	h = notice.New([]notice.Source{notice.Subscribable(client(t, m.Addr()))}, func(string, notice.Turn) {}, notice.Options{})
 	assert.Nil(t, h.Listen("x}y"))
 	var nilListener *notice.Listener
 	nilListener.Stop()
 	assert.Zero(t, nilListener.Ready(t.Context(), 1, time.Millisecond))
+}
+
+var joinLua = func() string {
+	b, err := os.ReadFile("../../scripts/join.lua")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
+
+// The release script pops the next Locker from the key's line and names
+// it: the named Locker's Hub delivers TurnThis, another's TurnOther, and a
+// release with an empty line TurnOpen. Joining twice keeps one place; the
+// releasing Locker's own place is dropped (it held the key); the script
+// says 2 when it named a Locker.
+func TestReleaseNamesTheNextLockerInLine(t *testing.T) {
+	m := miniredis.RunT(t)
+	c := client(t, m.Addr())
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var a, b heard
+	ha := notice.New([]notice.Source{notice.Subscribable(c)}, a.deliver, notice.Options{Timeout: time.Second, ID: "A"})
+	hb := notice.New([]notice.Source{notice.Subscribable(c)}, b.deliver, notice.Options{Timeout: time.Second, ID: "B"})
+	for _, h := range []*notice.Hub{ha, hb} {
+		l := h.Listen("k")
+		defer l.Stop()
+		require.Equal(t, 1, l.Ready(ctx, 1, 5*time.Second))
+	}
+	line, ok := notice.Line("k")
+	require.True(t, ok)
+	require.Equal(t, "{k}"+notice.LineSuffix, line)
+	join := func(id string) {
+		require.NoError(t, c.Eval(ctx, joinLua, []string{line}, id, 30000).Err())
+	}
+	unlock := func(value, id string) int {
+		require.NoError(t, c.Set(ctx, "k", value, time.Minute).Err())
+		n, err := c.Eval(ctx, releaseLua, []string{"k"}, value, "notify", id).Int()
+		require.NoError(t, err)
+		return n
+	}
+	join("A")
+	join("B")
+	join("A") // keeps its place
+	join("C")
+	assert.Equal(t, []string{"A", "B", "C"}, c.LRange(ctx, line, 0, -1).Val())
+	assert.InDelta(t, 30*time.Second, c.PTTL(ctx, line).Val(), float64(time.Second), "the line expires unless joined again")
+
+	assert.Equal(t, 2, unlock("v1", "B"), "B released: its own place goes, A is named")
+	require.Eventually(t, func() bool { return a.count() == 1 && b.count() == 1 }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, []string{"C"}, c.LRange(ctx, line, 0, -1).Val())
+	assert.Equal(t, 2, unlock("v2", "A"), "C is named")
+	assert.Equal(t, 1, unlock("v3", "A"), "nobody left in line")
+	assert.Equal(t, 1, unlock("v4", ""), "no id (another version): nobody named")
+	require.Eventually(t, func() bool { return a.count() == 4 && b.count() == 4 }, 5*time.Second, time.Millisecond)
+	a.mu.Lock()
+	b.mu.Lock()
+	defer a.mu.Unlock()
+	defer b.mu.Unlock()
+	assert.Equal(t, []notice.Turn{notice.TurnThis, notice.TurnOther, notice.TurnOpen, notice.TurnOpen}, a.turns)
+	assert.Equal(t, []notice.Turn{notice.TurnOther, notice.TurnOther, notice.TurnOpen, notice.TurnOpen}, b.turns)
+}
+
+// Nodes that name different Lockers (they joined the lines in different
+// orders): a Locker whose first majority named only others hears its own
+// name later and is delivered its turn then, so that a named Locker
+// always tries.
+func TestANamedLockerHearsItsTurnAfterOthers(t *testing.T) {
+	var clients []*redis.Client
+	var sources []notice.Source
+	for range 3 {
+		c := client(t, miniredis.RunT(t).Addr())
+		clients = append(clients, c)
+		sources = append(sources, notice.Subscribable(c))
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var a heard
+	h := notice.New(sources, a.deliver, notice.Options{Timeout: time.Second, Majority: 2, ID: "A"})
+	l := h.Listen("k")
+	defer l.Stop()
+	require.Equal(t, 3, l.Ready(ctx, 3, 5*time.Second))
+	line, _ := notice.Line("k")
+	release := func(c *redis.Client, next string) {
+		require.NoError(t, c.RPush(ctx, line, next).Err())
+		require.NoError(t, c.Set(ctx, "k", "v", time.Minute).Err())
+		require.Equal(t, 2, int(c.Eval(ctx, releaseLua, []string{"k"}, "v", "notify", "X").Val().(int64)))
+	}
+	release(clients[1], "B")
+	release(clients[2], "C")
+	require.Eventually(t, func() bool { return a.count() == 1 }, 5*time.Second, time.Millisecond, "a majority named others")
+	release(clients[0], "A")
+	require.Eventually(t, func() bool { return a.count() == 2 }, 5*time.Second, time.Millisecond, "then a node named A")
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	assert.Equal(t, []notice.Turn{notice.TurnOther, notice.TurnThis}, a.turns)
 }

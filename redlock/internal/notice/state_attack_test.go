@@ -18,7 +18,7 @@ func attackHub(t *testing.T) (*Hub, *miniredis.Miniredis) {
 	m := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
-	return New([]Source{Subscribable(c)}, func(string) {}, Options{Timeout: time.Second}), m
+	return New([]Source{Subscribable(c)}, func(string, Turn) {}, Options{Timeout: time.Second}), m
 }
 
 // The last Stop's node.remove runs after a new first Listen's node.add:

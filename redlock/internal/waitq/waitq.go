@@ -20,11 +20,11 @@ import (
 //
 // What wakes a waiter: becoming the head, and, for the head, a release of
 // the key by this Locker (Lease.Unlock, a failed attempt's release does
-// not count). A waiter is in the queue before its first attempt, and a
-// wake-up is kept until it is taken (a buffered signal), so that a release
-// between an attempt that found the key taken and the wait that follows is
-// never missed. Releases by other processes are not seen here: the head
-// polls at RetryDelay for them.
+// not count) or one heard from elsewhere (Notice). A waiter is in the
+// queue before its first attempt, and a wake-up is kept until it is taken
+// (a buffered signal), so that a release between an attempt that found
+// the key taken and the wait that follows is never missed. Why says what
+// woke the head; releases no notice tells of are found by the head's poll.
 type Queues struct {
 	mu   sync.Mutex
 	keys map[string]*queue
@@ -42,13 +42,40 @@ type queue struct {
 // Waiter is one Lock call in a queue. Its Wake channel receives a turn or
 // a release, kept until taken.
 type Waiter struct {
-	Wake    chan struct{} // buffered: a turn or a release, kept until taken
-	noticed atomic.Bool   // a Notice (a release elsewhere) woke it
+	Wake chan struct{} // buffered: a turn or a release, kept until taken
+	why  atomic.Uint32 // the Why of each release that woke it, since Woken
 }
 
-// Noticed reports whether a Notice woke w since the last call: a release
-// elsewhere, which other processes' waiters heard at the same moment.
-func (w *Waiter) Noticed() bool { return w.noticed.Swap(false) }
+// Why is what woke a head, beyond moving up: a set of reasons, since one
+// wake-up may stand for several.
+type Why uint32
+
+const (
+	// ReleasedHere: a lease of this Locker released the key, naming no
+	// other Locker's turn. Try at once.
+	ReleasedHere Why = 1 << iota
+	// Passed: a lease of this Locker released the key and named another
+	// Locker, next in the key's line on the nodes (see package notice).
+	// Join the line and wait; do not try.
+	Passed
+	// NamedThis: a release elsewhere named this Locker. Try at once.
+	NamedThis
+	// NamedNobody: a release elsewhere named no Locker: every Locker's
+	// head heard it at the same moment. Try, after a stagger.
+	NamedNobody
+	// NamedOther: a release elsewhere named another Locker. It wakes no
+	// one (Notice only clears held).
+	NamedOther
+)
+
+// Woken returns why w was woken since the last call (0: it moved up, or
+// a release was already taken).
+func (w *Waiter) Woken() Why { return Why(w.why.Swap(0)) }
+
+func (w *Waiter) wake(why Why) {
+	w.why.Or(uint32(why))
+	w.signal()
+}
 
 func (w *Waiter) signal() {
 	select {
@@ -121,8 +148,9 @@ func (t *Queues) Leave(key string, w *Waiter, won bool) {
 }
 
 // Released tells key's queue that a lease of this Locker released the key:
-// its head is woken to try at once.
-func (t *Queues) Released(key string) {
+// its head is woken, to try at once, or, where passed (the release named
+// another Locker's turn), to join the key's line.
+func (t *Queues) Released(key string, passed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	q := t.keys[key]
@@ -131,14 +159,19 @@ func (t *Queues) Released(key string) {
 	}
 	q.held = false
 	if len(q.waiters) > 0 {
-		q.waiters[0].signal()
+		why := ReleasedHere
+		if passed {
+			why = Passed
+		}
+		q.waiters[0].wake(why)
 	}
 }
 
 // Notice tells key's queue that the key was released elsewhere (another
-// process's lease, heard on its release channel): its head is woken to try
-// at once.
-func (t *Queues) Notice(key string) {
+// process's lease, heard on its release channel), and whose turn the
+// release named: NamedThis, NamedNobody, or NamedOther (which wakes no
+// one).
+func (t *Queues) Notice(key string, named Why) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	// A lease of this Locker marked held may have expired unreleased, and
@@ -146,8 +179,9 @@ func (t *Queues) Notice(key string) {
 	// notice costs one attempt that finds the key taken).
 	if q := t.keys[key]; q != nil && len(q.waiters) > 0 {
 		q.held = false
-		q.waiters[0].noticed.Store(true)
-		q.waiters[0].signal()
+		if named != NamedOther {
+			q.waiters[0].wake(named)
+		}
 	}
 }
 

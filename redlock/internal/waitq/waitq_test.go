@@ -26,7 +26,7 @@ func TestQueueOrderAndWakeUps(t *testing.T) {
 	if first || q.Waiting("k") != 3 {
 		t.Fatalf("second waiter head %v; waiting %d", first, q.Waiting("k"))
 	}
-	q.Released("k")
+	q.Released("k", false)
 	if !woken(a) || woken(b) || woken(c) {
 		t.Fatal("a release wakes the head alone")
 	}
@@ -41,12 +41,12 @@ func TestQueueOrderAndWakeUps(t *testing.T) {
 	if first, held := q.Head("k", b); !first || !held {
 		t.Fatalf("after a win: head %v, held %v", first, held)
 	}
-	q.Released("k")
+	q.Released("k", false)
 	if _, held := q.Head("k", b); held || !woken(b) {
 		t.Fatal("the release clears held and wakes the head")
 	}
-	q.Released("k")
-	q.Released("k")
+	q.Released("k", false)
+	q.Released("k", false)
 	if !woken(b) || woken(b) {
 		t.Fatal("wake-ups are kept, once: two releases, one signal")
 	}
@@ -54,7 +54,7 @@ func TestQueueOrderAndWakeUps(t *testing.T) {
 	if q.Waiting("k") != 0 || len(q.keys) != 0 {
 		t.Fatalf("an empty queue keeps nothing: %d waiting, %d keys", q.Waiting("k"), len(q.keys))
 	}
-	q.Released("k")        // no queue: nothing happens
+	q.Released("k", false)        // no queue: nothing happens
 	q.Leave("k", b, false) // twice: harmless
 }
 
@@ -64,22 +64,57 @@ func TestQueueOrderAndWakeUps(t *testing.T) {
 // one waits for.
 func TestNoticeWakesTheHead(t *testing.T) {
 	var q Queues
-	q.Notice("k") // no one waits: nothing kept
+	q.Notice("k", NamedNobody) // no one waits: nothing kept
 	a, _, _ := q.Join("k")
 	b, _, _ := q.Join("k")
-	q.Notice("k")
-	if !woken(a) || woken(b) || !a.Noticed() {
+	q.Notice("k", NamedNobody)
+	if !woken(a) || woken(b) || a.Woken() != NamedNobody {
 		t.Fatal("a notice wakes the head alone, and says so")
+	}
+	q.Notice("k", NamedOther)
+	if woken(a) || woken(b) || a.Woken() != 0 {
+		t.Fatal("a notice that named another Locker woke a waiter")
+	}
+	q.Notice("k", NamedThis)
+	q.Notice("k", NamedNobody)
+	if !woken(a) || woken(a) || a.Woken() != NamedThis|NamedNobody {
+		t.Fatal("two notices: one wake-up, which says both")
 	}
 	q.Leave("k", a, true) // a won: held here
 	if !woken(b) {
 		t.Fatal("b moved up")
 	}
-	q.Notice("k")
+	q.Notice("k", NamedNobody)
 	if !woken(b) {
 		t.Fatal("a notice after this Locker's lease (expired unreleased, say) did not wake the head")
 	}
 	if _, held := q.Head("k", b); held {
 		t.Fatal("the notice left the key marked held here")
+	}
+}
+
+// A release here that named another Locker's turn wakes the head to join
+// the key's line (Passed), not to try; one that named no one, to try.
+func TestReleasedSaysWhetherTheTurnPassed(t *testing.T) {
+	var q Queues
+	a, _, _ := q.Join("k")
+	b, _, _ := q.Join("k")
+	q.Leave("k", a, true) // a won: held here
+	if !woken(b) || b.Woken() != 0 {
+		t.Fatal("b moved up, with no release")
+	}
+	if _, held := q.Head("k", b); !held {
+		t.Fatal("b is behind a lease of this Locker: held")
+	}
+	q.Released("k", true)
+	if !woken(b) || b.Woken() != Passed {
+		t.Fatal("the turn passed to another Locker: the head is told so")
+	}
+	if _, held := q.Head("k", b); held {
+		t.Fatal("released: held no longer")
+	}
+	q.Released("k", false)
+	if !woken(b) || b.Woken() != ReleasedHere {
+		t.Fatal("a release that named no one: the head tries")
 	}
 }

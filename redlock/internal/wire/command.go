@@ -75,7 +75,7 @@ const (
 	RoleOther    Role = iota
 	RoleSets          // puts the lease's value on the node (an acquisition)
 	RoleFences        // fencing phase 2, which follows RoleSets
-	RoleReleases      // deletes the lease's value; it replies 1 when it did
+	RoleReleases      // deletes the lease's value; it replies 1 (or 2) when it did
 	RoleExtends       // extends the lease, and may set its value again (healing)
 )
 

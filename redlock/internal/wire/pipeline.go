@@ -123,8 +123,9 @@ type job struct {
 	verdict error
 	rerun   bool // sent again after NOSCRIPT, in a pipeline of its own
 	// deletedFirst: a release whose first run deleted its value, run again
-	// after the commands before it (see exec)
-	deletedFirst bool
+	// after the commands before it (see exec): that run's reply (1, or 2
+	// where it also named the next Locker in the key's line), else 0
+	deletedFirst int8
 	timeout      time.Duration // the batch carrying it may take this long
 	src          string        // a script's source, resent with EVAL after NOSCRIPT; "" for other commands
 	to           Receiver
@@ -489,8 +490,8 @@ func (p *Pipeline[R]) runAgain(ctx context.Context, batch []job, waited bool) (w
 		// after it: see the invariant at Pipeline). If it had deleted its
 		// value already, it stays reported so (deletedFirst).
 		if j.role == RoleReleases && j.cmd.Err() == nil {
-			if n, _ := j.cmd.Int64(); n == 1 {
-				j.deletedFirst = true
+			if n, _ := j.cmd.Int64(); n == 1 || n == 2 {
+				j.deletedFirst = int8(n)
 			}
 		}
 		j.cmd = j.anew(ctx)
@@ -506,10 +507,10 @@ func (p *Pipeline[R]) runAgain(ctx context.Context, batch []job, waited bool) (w
 	}
 	exec(ctx, again)
 	for i := range batch {
-		if j := &batch[i]; j.deletedFirst {
-			if n, err := j.cmd.Int64(); err != nil || n != 1 {
+		if j := &batch[i]; j.deletedFirst != 0 {
+			if n, err := j.cmd.Int64(); err != nil || n != int64(j.deletedFirst) {
 				j.cmd.SetErr(nil)
-				j.cmd.SetVal(int64(1)) // its first run deleted the value
+				j.cmd.SetVal(int64(j.deletedFirst)) // its first run deleted the value
 			}
 		}
 	}
