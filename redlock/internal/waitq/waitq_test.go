@@ -54,7 +54,7 @@ func TestQueueOrderAndWakeUps(t *testing.T) {
 	if q.Waiting("k") != 0 || len(q.keys) != 0 {
 		t.Fatalf("an empty queue keeps nothing: %d waiting, %d keys", q.Waiting("k"), len(q.keys))
 	}
-	q.Released("k", false)        // no queue: nothing happens
+	q.Released("k", false) // no queue: nothing happens
 	q.Leave("k", b, false) // twice: harmless
 }
 
