@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlock/redlock/quorum"
+	"github.com/redlock/redlock/redlock/internal/notice"
 	"github.com/redlock/redlock/redlock/internal/wire"
 )
 
@@ -226,6 +227,9 @@ func checkKey(ctx context.Context, op, key string) error {
 	}
 	if lock, ok := tombstoneOf(key); ok {
 		return fmt.Errorf("redlock: %s %q: the name is reserved: it is the revocation tombstone of lock %q", op, key, lock)
+	}
+	if lock, ok := besideOf(key, notice.LineSuffix); ok {
+		return fmt.Errorf("redlock: %s %q: the name is reserved: it is the line of Lockers waiting for lock %q", op, key, lock)
 	}
 	return nil
 }

@@ -250,7 +250,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		l.setUntilLocked(until)
 		l.mu.Unlock()
 		if timing != nil {
-			lk.emit(Event{Op: OpExtend, Key: l.key, Duration: now.Sub(start), Token: l.token, Validity: until.Sub(now), Nodes: lk.results(tally, timing, nil)})
+			lk.emit(Event{Op: OpExtend, Key: l.key, Duration: now.Sub(start), Token: l.token, Validity: until.Sub(now), Nodes: lk.resultsInto(timing.eventNodes(len(tally.Votes)), tally, timing, nil)})
 			lk.reportNodes(OpExtend, l.key, round, tally, true)
 		}
 		return nil
@@ -385,8 +385,11 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	round := lk.release(ctx, l.key, l.value, l.acquired, ttl, timing, nil, &l.passed)
 	tally := round.Decide(detached, lk.opts.NodeTimeout, granted)
 	// The next Lock waiting here tries at once, unless the release named
-	// another Locker's turn: it then joins the key's line.
-	lk.turns.Released(l.key, l.passed.Load() > 0)
+	// another Locker's turn: it then joins the key's line. Named by most
+	// of the nodes that released, not by one: a minority's stale place (a
+	// Locker gone, a line that differs) must not cost this one's waiter a
+	// poll, and the Hub weighs other Lockers' notices alike.
+	lk.turns.Released(l.key, passedOn(int(l.passed.Load()), tally.Accepted))
 	var err error
 	if !tally.Won {
 		err = lk.roundError(detached, "unlock", lk.unlockCommand(l.key, l.value), tally, timing)
@@ -439,3 +442,7 @@ func (l *Lease) Check(ctx context.Context) error {
 	}
 	return err
 }
+
+// passedOn reports whether a release passed the turn to another Locker:
+// more than half of the released nodes heard so far named one.
+func passedOn(named, released int) bool { return named > 0 && 2*named > released }

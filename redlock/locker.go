@@ -120,10 +120,15 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 		listen = l.notices.Listen(key)
 	}
 	var joined time.Time // when this call last joined the key's line (zero: not in it)
+	// inLine: this call joined the key's line. A release that named this
+	// Locker took its place on the nodes that named it, not always on
+	// every node (lines differ where joins raced): a call that gives up
+	// leaves the line on every node whatever turns it was named.
+	inLine := false
 	defer func() {
 		l.turns.Leave(key, w, won)
 		listen.Stop()
-		if !won && !joined.IsZero() && l.turns.Waiting(key) == 0 {
+		if !won && inLine && l.turns.Waiting(key) == 0 {
 			l.leaveLine(key) // no waiter here is left to take a turn named for this Locker
 		}
 	}()
@@ -146,7 +151,7 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 		if listen != nil {
 			hear()
 			l.joinLine(key)
-			joined = l.opts.Clock.Now()
+			joined, inLine = l.opts.Clock.Now(), true
 		}
 	}
 	ready := first && !held
@@ -410,7 +415,7 @@ func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error
 	if now := l.opts.Clock.Now(); err == nil && tally.Won && until.After(now) {
 		lease := &Lease{locker: l, key: req.key, value: value, token: token, acquiredAt: start, acquired: round, heldBy: round, holders: round, ttl: req.granted, until: until}
 		if timing != nil {
-			l.emit(Event{Op: OpAcquire, Key: req.key, Attempt: n, Duration: now.Sub(start), Token: token, Validity: until.Sub(now), Nodes: l.results(tally, timing, nil)})
+			l.emit(Event{Op: OpAcquire, Key: req.key, Attempt: n, Duration: now.Sub(start), Token: token, Validity: until.Sub(now), Nodes: l.resultsInto(timing.eventNodes(len(tally.Votes)), tally, timing, nil)})
 			l.reportNodes(OpAcquire, req.key, round, tally, true)
 		}
 		return lease, nil

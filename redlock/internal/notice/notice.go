@@ -56,12 +56,13 @@ func Line(key string) (line string, ok bool) {
 type Turn uint8
 
 const (
-	// TurnOpen: no Locker was named (none had joined the line): every
-	// Locker's waiter may try.
+	// TurnOpen: no Locker was named by most of the nodes heard (none had
+	// joined the line there): every Locker's waiter may try.
 	TurnOpen Turn = iota
 	// TurnThis: this Hub's Locker (Options.ID) was named by some node.
 	TurnThis
-	// TurnOther: only other Lockers were named; this one waits.
+	// TurnOther: most of the nodes heard named other Lockers, none this
+	// one: it waits.
 	TurnOther
 )
 
@@ -387,8 +388,10 @@ func (h *Hub) notice(channel, message string) {
 	//
 	// Whose turn: this Locker's if any node heard named it (nodes may
 	// disagree, when Lockers joined their lines in different orders; the
-	// named ones try, and a loser joins again), another's if only others
-	// were named, and anyone's if no node named a Locker. A node that
+	// named ones try, and a loser joins again), another's if most of the
+	// nodes heard named others, and anyone's otherwise: one node's stale
+	// place (a Locker gone, a line that differs) must not keep every
+	// waiter out until its poll. A node that
 	// names this Locker after the release was delivered as another's turn
 	// delivers it again, as this one's: with three nodes naming three
 	// Lockers, each Locker's first majority may be the two that name the
@@ -401,7 +404,7 @@ func (h *Hub) notice(channel, message string) {
 		switch {
 		case r.mine > 0:
 			turn, r.doneMine = TurnThis, true
-		case r.others > 0:
+		case 2*r.others > r.heard:
 			turn = TurnOther
 		}
 	}

@@ -278,3 +278,52 @@ func TestANamedLockerHearsItsTurnAfterOthers(t *testing.T) {
 	defer a.mu.Unlock()
 	assert.Equal(t, []notice.Turn{notice.TurnOther, notice.TurnThis}, a.turns)
 }
+
+// One node of three names another Locker (a stale place: a Locker gone, a
+// line that differs), the others name no one: the release is delivered as
+// TurnOpen, so that every waiter may try, not TurnOther, which would keep
+// them all out until their polls. Control: two nodes of three naming the
+// other Locker deliver TurnOther.
+func TestAMinorityNamingAnotherLockerLeavesTheTurnOpen(t *testing.T) {
+	for _, bc := range []struct {
+		name   string
+		naming int // how many of the three nodes name "B"
+		want   notice.Turn
+	}{
+		{"one-of-three-names-another", 1, notice.TurnOpen},
+		{"control-two-of-three-name-another", 2, notice.TurnOther},
+	} {
+		t.Run(bc.name, func(t *testing.T) {
+			var clients []*redis.Client
+			var sources []notice.Source
+			for range 3 {
+				c := client(t, miniredis.RunT(t).Addr())
+				clients = append(clients, c)
+				sources = append(sources, notice.Subscribable(c))
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			var a heard
+			// Majority 3 of 3: the Hub weighs every node's notice, whatever
+			// order they come in.
+			h := notice.New(sources, a.deliver, notice.Options{Timeout: time.Second, Majority: 3, ID: "A"})
+			l := h.Listen("k")
+			defer l.Stop()
+			require.Equal(t, 3, l.Ready(ctx, 3, 5*time.Second))
+			line, _ := notice.Line("k")
+			for i, c := range clients {
+				want := 1
+				if i < bc.naming {
+					require.NoError(t, c.RPush(ctx, line, "B").Err())
+					want = 2
+				}
+				require.NoError(t, c.Set(ctx, "k", "v", time.Minute).Err())
+				require.Equal(t, want, int(c.Eval(ctx, releaseLua, []string{"k"}, "v", "notify", "X").Val().(int64)))
+			}
+			require.Eventually(t, func() bool { return a.count() == 1 }, 5*time.Second, time.Millisecond)
+			a.mu.Lock()
+			defer a.mu.Unlock()
+			assert.Equal(t, []notice.Turn{bc.want}, a.turns)
+		})
+	}
+}
