@@ -87,8 +87,13 @@ type Observer struct {
 	// event (a set is sorted and allocated when made): by operation and
 	// outcome, and per node (nodeSets).
 	durationSets [][]metric.RecordOption // [op][outcome]: the attribute set, as a ready option list
-	nodesMu      sync.RWMutex
-	nodeSets     map[string]*nodeSets // by node name
+	nodesMu      sync.Mutex
+	nodeSets     map[string]*nodeSets // by node name, under nodesMu
+	// byIndex is nodeSets by the nodes' index (NodeResult.Node), replaced
+	// whole when a node is added: the lookup on every node of every event
+	// takes no lock (a read-write mutex shared by every client goroutine
+	// was a tenth of the adapter's time under load).
+	byIndex atomic.Pointer[[]*nodeSets]
 
 	dos   sync.Map     // key -> *doSpan: the Do running on the key, whose span parents its operations
 	doing atomic.Int64 // Do calls running: no lookup in dos while there are none
@@ -97,6 +102,7 @@ type Observer struct {
 // nodeSets are one node's attribute sets: server.address and server.port,
 // and per operation the round trip's set when the node answered.
 type nodeSets struct {
+	name    string
 	server  []attribute.KeyValue
 	answers [][]metric.RecordOption // [op]: db.client.operation.duration of a reply
 	failed  [][]metric.AddOption    // [op]: redlock.node.unavailable
@@ -195,7 +201,7 @@ func (o *Observer) Observe(e redlock.Event) {
 		o.clockAlarms.Add(ctx, 1, metric.WithAttributes(o.serverOf(e.Nodes)...))
 	case redlock.OpLateFailure: // nodes the decision did not wait for, failed since
 		for _, n := range e.Nodes {
-			o.unavailable.Add(ctx, 1, o.node(n.Name).failed[e.Of]...)
+			o.unavailable.Add(ctx, 1, o.node(n.Node, n.Name).failed[e.Of]...)
 		}
 	}
 	if e.Op == redlock.OpAcquire && outcome == 2 {
@@ -211,7 +217,7 @@ func (o *Observer) nodes(ctx context.Context, e redlock.Event) {
 		if !failed && n.Latency <= 0 {
 			continue // not answered before the decision, nor failed: nothing was measured
 		}
-		sets := o.node(n.Name)
+		sets := o.node(n.Node, n.Name)
 		if !failed {
 			o.dbDuration.Record(ctx, n.Latency.Seconds(), sets.answers[dbOp(e)]...)
 			continue
@@ -240,17 +246,41 @@ func dbOp(e redlock.Event) int {
 	return int(e.Op)
 }
 
-// node returns the attribute sets of the node named name, made on its first
-// event.
-func (o *Observer) node(name string) *nodeSets {
-	o.nodesMu.RLock()
-	n, ok := o.nodeSets[name]
-	o.nodesMu.RUnlock()
-	if ok {
-		return n
+// node returns the attribute sets of the node named name, index i in its
+// Locker, made on its first event. One Observer may serve Lockers whose
+// nodes differ: the index is a hint, the name decides.
+func (o *Observer) node(i int, name string) *nodeSets {
+	if s := o.byIndex.Load(); s != nil && i >= 0 && i < len(*s) {
+		if n := (*s)[i]; n != nil && n.name == name {
+			return n
+		}
 	}
-	n = &nodeSets{server: serverAttrs(name), answers: make([][]metric.RecordOption, len(o.durationSets)), failed: make([][]metric.AddOption, len(o.durationSets))}
-	for op := range o.durationSets {
+	o.nodesMu.Lock()
+	defer o.nodesMu.Unlock()
+	n, ok := o.nodeSets[name]
+	if !ok {
+		n = newNodeSets(name, len(o.durationSets))
+		o.nodeSets[name] = n
+	}
+	if i >= 0 && i < 1024 { // a node index, not a stray number: keep the slice small
+		var s []*nodeSets
+		if old := o.byIndex.Load(); old != nil {
+			s = append(s, *old...)
+		}
+		for len(s) <= i {
+			s = append(s, nil)
+		}
+		s[i] = n
+		o.byIndex.Store(&s)
+	}
+	return n
+}
+
+// newNodeSets makes the attribute sets of the node named name, for ops
+// operations.
+func newNodeSets(name string, ops int) *nodeSets {
+	n := &nodeSets{name: name, server: serverAttrs(name), answers: make([][]metric.RecordOption, ops), failed: make([][]metric.AddOption, ops)}
+	for op := range ops {
 		operation, token := redlock.Op(op), uint64(0)
 		if op == 0 { // a fenced acquisition's slot (dbOp)
 			operation, token = redlock.OpAcquire, 1
@@ -263,12 +293,6 @@ func (o *Observer) node(name string) *nodeSets {
 		}, n.server...)...))}
 		n.failed[op] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{attribute.String("redlock.operation", operation.String())}, n.server...)...))}
 	}
-	o.nodesMu.Lock()
-	defer o.nodesMu.Unlock()
-	if m, ok := o.nodeSets[name]; ok {
-		return m
-	}
-	o.nodeSets[name] = n
 	return n
 }
 
@@ -299,15 +323,13 @@ func errorType(err error) string {
 	return "_OTHER"
 }
 
+// serverOf is server.address and server.port of the first of nodes.
 func (o *Observer) serverOf(nodes []redlock.NodeResult) []attribute.KeyValue {
 	if len(nodes) == 0 {
 		return nil
 	}
-	return o.server(nodes[0].Name)
+	return o.node(nodes[0].Node, nodes[0].Name).server
 }
-
-// server is server.address and server.port of the node named name.
-func (o *Observer) server(name string) []attribute.KeyValue { return o.node(name).server }
 
 // serverAttrs is server.address and server.port of a node named as the
 // library names nodes, "node 2 (127.0.0.1:6379)"; none where no address is
@@ -337,9 +359,11 @@ func (o *Observer) span(e redlock.Event, outcome int) {
 		}
 	}
 	end := time.Now()
-	name := "redlock " + e.Op.String()
+	var name string
 	if int(e.Op) < len(spanNames) {
 		name = spanNames[e.Op]
+	} else {
+		name = "redlock " + e.Op.String()
 	}
 	_, s := o.tracer.Start(parent, name, trace.WithTimestamp(end.Add(-e.Duration)), clientKind)
 	if !s.IsRecording() {
@@ -438,7 +462,7 @@ func (o *Observer) ObserveHealth(l *redlock.Locker) (metric.Registration, error)
 	}
 	return o.meter.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
 		for _, h := range l.Health() {
-			attrs := metric.WithAttributes(o.server(h.Name)...)
+			attrs := metric.WithAttributes(o.node(h.Node, h.Name).server...)
 			obs.ObserveFloat64(rtt, h.RTT.Seconds(), attrs)
 			if h.ClockMeasured {
 				obs.ObserveFloat64(rate, h.ClockRatePPM, attrs)

@@ -178,6 +178,10 @@ type latencies struct {
 	start  time.Time
 	at     []atomic.Int64
 	inline [7]atomic.Int64 // at for up to 7 nodes: one allocation per round, not two
+	// nodes holds the round's event's Nodes for up to 7 nodes (eventNodes),
+	// in the same allocation: an observed operation allocates once for
+	// its timing and its event, not twice.
+	nodes [7]NodeResult
 }
 
 func newLatencies(n int) *latencies {
@@ -212,7 +216,11 @@ func (t *latencies) of(i int) time.Duration {
 // *QuorumError carries, with latencies where t timed them. explain turns a
 // node's error into the one the caller sees (nil: as it is).
 func (l *Locker) results(tally quorum.Tally[Outcome], t *latencies, explain func(error) error) []NodeResult {
-	out := make([]NodeResult, len(tally.Votes))
+	return l.resultsInto(make([]NodeResult, len(tally.Votes)), tally, t, explain)
+}
+
+// resultsInto is results, written into out (one element per vote).
+func (l *Locker) resultsInto(out []NodeResult, tally quorum.Tally[Outcome], t *latencies, explain func(error) error) []NodeResult {
 	for i, v := range tally.Votes {
 		err := v.Err
 		if explain != nil {
@@ -236,18 +244,28 @@ func (l *Locker) results(tally quorum.Tally[Outcome], t *latencies, explain func
 	return out
 }
 
-// nodeResultsOf is the Nodes of an event about a round that ended in err:
-// the *QuorumError's own where err is one, else results.
+// nodeResultsOf is the Nodes of the event about a round, timed by t, that
+// ended in err: a copy of the *QuorumError's own where err is one, else
+// results. It is called once per round: the slice is t's own storage.
 func (l *Locker) nodeResultsOf(err error, tally quorum.Tally[Outcome], t *latencies) []NodeResult {
 	if e, ok := err.(*QuorumError); ok && len(e.Nodes) == len(tally.Votes) {
-		out := make([]NodeResult, len(e.Nodes))
+		out := t.eventNodes(len(e.Nodes))
 		copy(out, e.Nodes)
 		for i := range out {
 			out[i].Latency = t.of(i)
 		}
 		return out
 	}
-	return l.results(tally, t, nil)
+	return l.resultsInto(t.eventNodes(len(tally.Votes)), tally, t, nil)
+}
+
+// eventNodes is storage for the Nodes of the one event about t's round:
+// t's own for up to 7 nodes, else a new slice.
+func (t *latencies) eventNodes(n int) []NodeResult {
+	if t != nil && n <= len(t.nodes) {
+		return t.nodes[:n:n]
+	}
+	return make([]NodeResult, n)
 }
 
 // timing returns a new round's latencies if the Locker has an Observer,
