@@ -3,6 +3,7 @@ package drift
 import (
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -62,6 +63,11 @@ type Estimator struct {
 	total  int               // readings since the start
 	jumps  int
 	rate   rateFit
+
+	// Excess and Jumps as last set, read without the lock: a guarded
+	// Locker reads them on every acquisition, while replies feed readings.
+	excess    atomic.Uint64 // math.Float64bits of excessLocked()
+	jumpsSeen atomic.Int64
 }
 
 // The rate is fitted to windowSize readings, one per spacing of this
@@ -173,6 +179,8 @@ func (e *Estimator) add(p point, jumped bool) {
 		e.bucket = p
 	}
 	e.fit()
+	e.excess.Store(math.Float64bits(e.excessLocked()))
+	e.jumpsSeen.Store(int64(e.jumps))
 	if e.total == 1 || !p.recv.Before(e.last.recv) {
 		e.last = p
 	}
@@ -291,9 +299,10 @@ func (e *Estimator) Rate() (ppm, errPPM float64, ok bool) {
 // or 0 when it is within the Bound or not measured. A lease granted by the
 // node expires there that much early, as a fraction of its TTL, beyond
 // what the Bound already set aside.
-func (e *Estimator) Excess() float64 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (e *Estimator) Excess() float64 { return math.Float64frombits(e.excess.Load()) }
+
+// excessLocked is Excess from the fit; e.mu held.
+func (e *Estimator) excessLocked() float64 {
 	if !e.rate.ok {
 		return 0
 	}
@@ -309,11 +318,7 @@ func (e *Estimator) Readings() int {
 }
 
 // Jumps returns how many jumps the readings revealed.
-func (e *Estimator) Jumps() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.jumps
-}
+func (e *Estimator) Jumps() int { return int(e.jumpsSeen.Load()) }
 
 // scale returns d·(1+rate).
 func scale(d time.Duration, rate float64) time.Duration {
