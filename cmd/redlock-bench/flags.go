@@ -53,16 +53,22 @@ type config struct {
 	tour         bool            // -tour (and no arguments at all): the default suite of scenarios (tour.go)
 }
 
-// fault is one scheduled fault: freeze node k at `at` for `for` (0: to the
-// end), or stop it. For -impl etcd the target may be a role instead, the
-// member that is the leader (or a follower) when the fault begins.
+// fault is one scheduled fault: freeze node k at `at` for `dur` (0: to the
+// end), stop it, or freeze its replicas (freeze-replica: the node answers,
+// but its WAITs run to their timeout). For -impl etcd the target may be a
+// role instead, the member that is the leader (or a follower) when the
+// fault begins.
 type fault struct {
-	kind string // "freeze" or "stop"
+	kind string // "freeze", "stop" or "freeze-replica"
 	node int    // -1 when role is set
 	role string // "leader", "follower" or ""
 	at   time.Duration
 	dur  time.Duration
 }
+
+// onProxy reports whether the fault is carried out by a node's proxy
+// (freeze-replica signals the replica processes instead).
+func (f fault) onProxy() bool { return f.kind != "freeze-replica" }
 
 // begins waits until the fault's time in the run; false if ctx ended first.
 func (f fault) begins(ctx context.Context) bool {
@@ -136,7 +142,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.mode, "mode", "trylock", "trylock (one attempt per cycle), lock (wait for the lock) or do (Locker.Do)")
 	fs.DurationVar(&c.nodeTimeout, "node-timeout", 0, "redlock's per-node timeout (0: the library default, 50ms)")
 	fs.StringVar(&latency, "node-latency", "", "comma-separated one-way `delays`, one per node, through a delay proxy (e.g. 1ms,2ms,3ms,4ms,50ms)")
-	fs.StringVar(&faults, "fault", "", "faults to inject: `freeze:K@T[+D]` or stop:K@T, comma-separated (node K, at T, for D; with -impl etcd alone K may be leader or follower)")
+	fs.StringVar(&faults, "fault", "", "faults to inject: `freeze:K@T[+D]`, stop:K@T or freeze-replica:K@T[+D], comma-separated (node K, at T, for D; freeze-replica freezes node K's -replicas, so that its WAITs run to their timeout; with -impl etcd alone K may be leader or follower)")
 	fs.StringVar(&impl, "impl", "all", "implementations: redlock, redlock-nowake, redlock-direct, redlock-wait, redlock-unguarded, redlock-events, redlock-slog, redlock-slog-info, redlock-otel, redlock-otel-1pct, raw, redsync, redsync-failfast, etcd, or all (comma-separated; all is the first four)")
 	fs.IntVar(&c.etcdMembers, "etcd", 3, "-impl etcd: start an etcd cluster of `N` members (child processes on loopback)")
 	fs.DurationVar(&c.etcdTimeout, "etcd-timeout", time.Second, "-impl etcd: the deadline of each attempt, release and session grant")
@@ -261,6 +267,10 @@ func (c *config) validate() error {
 	}
 	for _, f := range c.faults {
 		switch {
+		case f.kind == "freeze-replica" && (c.spawn == 0 || c.replicas == 0):
+			return fmt.Errorf("-fault %s: needs -spawn and -replicas (it freezes the replicas this run starts)", f)
+		case f.kind == "freeze-replica" && etcd:
+			return fmt.Errorf("-fault %s: etcd members have no replicas; run it without -impl etcd", f)
 		case f.role != "" && !onlyEtcd:
 			return fmt.Errorf("-fault %s: a member's role is etcd's; run -impl etcd alone, or name a node", f)
 		case f.role == "" && !onlyEtcd && f.node >= n:
@@ -290,7 +300,7 @@ func parseDurations(s string) ([]time.Duration, error) {
 	return out, nil
 }
 
-// parseFaults parses "freeze:2@1s+2s,stop:4@3s".
+// parseFaults parses "freeze:2@1s+2s,stop:4@3s,freeze-replica:0@0s".
 func parseFaults(s string) ([]fault, error) {
 	if s == "" {
 		return nil, nil
@@ -298,8 +308,8 @@ func parseFaults(s string) ([]fault, error) {
 	var out []fault
 	for _, part := range strings.Split(s, ",") {
 		kind, rest, ok := strings.Cut(strings.TrimSpace(part), ":")
-		if !ok || (kind != "freeze" && kind != "stop") {
-			return nil, fmt.Errorf("%q: want freeze:K@T[+D] or stop:K@T", part)
+		if !ok || (kind != "freeze" && kind != "stop" && kind != "freeze-replica") {
+			return nil, fmt.Errorf("%q: want freeze:K@T[+D], stop:K@T or freeze-replica:K@T[+D]", part)
 		}
 		node, when, ok := strings.Cut(rest, "@")
 		if !ok {

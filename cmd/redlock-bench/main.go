@@ -60,11 +60,16 @@
 //	-goredis-autopipeline  redlock gets go-redis AutoPipeline clients instead
 //	-cpuprofile F   write a CPU profile of the runs (go tool pprof)
 //
-// Deployment models and faults (through a TCP proxy in front of each node):
+// Deployment models and faults (through a TCP proxy in front of each node;
+// freeze-replica signals the replica processes instead):
 //
 //	-node-latency 1ms,2ms,3ms,4ms,50ms   one-way delay per node, to model zones
 //	-fault freeze:4@1s+2s,stop:3@2s      freeze node 4 at 1s for 2s (it keeps
 //	                                     connections, answers nothing); stop node 3 at 2s
+//	-fault freeze-replica:0@0s           with -spawn and -replicas: freeze node 0's
+//	                                     replicas (SIGSTOP) from the start: node 0
+//	                                     answers, but every WAIT of redlock-wait on
+//	                                     it runs to its timeout
 //
 // Implementations (-impl, comma-separated, or all: the default), run in turn
 // on the same nodes with the same workload, each on clients of its own with a
@@ -286,6 +291,7 @@ func measure(ctx context.Context, cfg config, out, stderr io.Writer) (_ *measure
 				r.NodeCommands = -1
 			}
 			cancelFaults()
+			d.injecting.Wait() // undone before the next implementation's run
 			faultsMu.Lock()
 			r.Faults = faults
 			faultsMu.Unlock()

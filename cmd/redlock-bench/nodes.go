@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -24,7 +25,11 @@ type deployment struct {
 	describe string
 	options  []*redis.Options // one per node, pointing through its proxy if any
 	proxies  []*faultnet.Proxy
+	replicas [][]*redisproc.Server // by node: the replicas -spawn started (-replicas), for freeze-replica
 	cleanup  []func()
+	// injecting counts inject's faults until each has ended, so that one
+	// implementation's fault is undone before the next one's begins.
+	injecting sync.WaitGroup
 }
 
 func (d *deployment) close() {
@@ -68,7 +73,7 @@ func newDeployment(ctx context.Context, cfg config) (*deployment, error) {
 	default:
 		err = d.embedded(cfg.embedded)
 	}
-	if err == nil && (len(cfg.latency) > 0 || len(cfg.faults) > 0) {
+	if err == nil && (len(cfg.latency) > 0 || slices.ContainsFunc(cfg.faults, fault.onProxy)) {
 		err = d.proxy(cfg.latency)
 	}
 	if err != nil {
@@ -114,21 +119,23 @@ func (d *deployment) spawn(ctx context.Context, n int, server string, replicas i
 			return fmt.Errorf("-server: %w", err)
 		}
 	}
-	for range n {
-		o, err := d.startServer(ctx, bin)
+	d.replicas = make([][]*redisproc.Server, n)
+	for i := range n {
+		s, err := d.startServer(ctx, bin)
 		if err != nil {
 			return err
 		}
-		d.options = append(d.options, o)
+		d.options = append(d.options, &redis.Options{Addr: s.Addr()})
 		for range replicas {
-			r, err := d.startServer(ctx, bin, "--replicaof", "127.0.0.1", strings.TrimPrefix(o.Addr, "127.0.0.1:"),
+			r, err := d.startServer(ctx, bin, "--replicaof", "127.0.0.1", strings.TrimPrefix(s.Addr(), "127.0.0.1:"),
 				"--replica-announce-ip", "127.0.0.1")
 			if err != nil {
 				return err
 			}
-			if err := redisproc.WaitInSync(ctx, r.Addr); err != nil {
-				return fmt.Errorf("-replicas: the replica on %s: %w", r.Addr, err)
+			if err := redisproc.WaitInSync(ctx, r.Addr()); err != nil {
+				return fmt.Errorf("-replicas: the replica on %s: %w", r.Addr(), err)
 			}
+			d.replicas[i] = append(d.replicas[i], r)
 		}
 	}
 	d.describe = fmt.Sprintf("%d local redis-server processes started by -spawn (%s, %s)", n, bin, redisproc.Version(ctx, d.options[0].Addr))
@@ -141,13 +148,13 @@ func (d *deployment) spawn(ctx context.Context, n int, server string, replicas i
 // startServer starts one server process on a free loopback port (with a
 // data directory of its own: a replica's full sync writes an RDB file even
 // with saving off), stopped and removed by d.close.
-func (d *deployment) startServer(ctx context.Context, bin string, args ...string) (*redis.Options, error) {
+func (d *deployment) startServer(ctx context.Context, bin string, args ...string) (*redisproc.Server, error) {
 	s, err := redisproc.Start(ctx, bin, args...)
 	if err != nil {
 		return nil, fmt.Errorf("-spawn: %w", err)
 	}
 	d.cleanup = append(d.cleanup, s.Close)
-	return &redis.Options{Addr: s.Addr()}, nil
+	return s, nil
 }
 
 // proxy puts a fault proxy in front of every node, with one-way delays.
@@ -183,23 +190,45 @@ func joinDurations(ds []time.Duration) string {
 	return strings.Join(s, ",")
 }
 
-// inject runs the fault schedule against the proxies until ctx ends,
-// reporting each fault as it begins.
+// inject runs the fault schedule against the proxies (and, for
+// freeze-replica, the replica processes) until ctx ends, reporting each
+// fault as it begins; d.injecting.Wait returns once every fault is undone.
 func (d *deployment) inject(ctx context.Context, faults []fault, report func(string)) {
 	for _, f := range faults {
-		p := d.proxies[f.node]
-		set, did := p.SetBlackhole, "froze node %d (its proxy swallows everything)"
-		if f.kind == "stop" {
-			set, did = p.SetDown, "stopped node %d (its proxy refuses connections)"
+		var set func(bool)
+		var did string
+		switch f.kind {
+		case "freeze-replica":
+			// The node itself answers at once; a WAIT for its replicas'
+			// acknowledgement waits out its whole timeout.
+			rs := d.replicas[f.node]
+			addrs := make([]string, len(rs))
+			for i, r := range rs {
+				addrs[i] = r.Addr()
+			}
+			set = func(on bool) {
+				for _, r := range rs {
+					if on {
+						r.Freeze()
+					} else {
+						r.Thaw()
+					}
+				}
+			}
+			did = fmt.Sprintf("froze node %d's replica(s) %s (SIGSTOP: the node answers, its WAITs run to their timeout)", f.node, strings.Join(addrs, ","))
+		case "stop":
+			set, did = d.proxies[f.node].SetDown, fmt.Sprintf("stopped node %d (its proxy refuses connections)", f.node)
+		default:
+			set, did = d.proxies[f.node].SetBlackhole, fmt.Sprintf("froze node %d (its proxy swallows everything)", f.node)
 		}
-		go func() {
+		d.injecting.Go(func() {
 			if !f.begins(ctx) {
 				return
 			}
-			report(fmt.Sprintf("fault %s: "+did, f, f.node))
+			report(fmt.Sprintf("fault %s: %s", f, did))
 			set(true) // a frozen node keeps its connections and answers nothing
 			f.lasts(ctx)
 			set(false)
-		}()
+		})
 	}
 }
