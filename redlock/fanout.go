@@ -43,13 +43,16 @@ type fan struct {
 	// timing, if set, records each node's reply time, for events (see
 	// Locker.timing).
 	timing *latencies
+	// contended, if set, is told of each reply that found another value on
+	// the key (ballot.contended).
+	contended func()
 }
 
 // fanOut sends c to every node through its transport and returns the
 // round, whose replies read turns into votes (see vote.go).
 func (l *Locker) fanOut(ctx context.Context, f fan, c wire.Command, read reader) *quorum.Round[Outcome] {
 	round := quorum.Begin[Outcome](len(l.nodes))
-	b := &ballot{round: round, read: read, calls: &l.inflight, nodes: l.nodes, value: f.value, counters: f.counters, found: f.found, passed: f.passed, timing: f.timing}
+	b := &ballot{round: round, read: read, calls: &l.inflight, nodes: l.nodes, value: f.value, counters: f.counters, found: f.found, passed: f.passed, timing: f.timing, contended: f.contended}
 	b.watched = c.Guarded && f.timing != nil
 	l.inflight.add(len(l.nodes))
 	if l.pipelined {

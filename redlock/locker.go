@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	mathrand "math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -68,6 +69,9 @@ func New(nodes []Node, opts *Options) (*Locker, error) {
 	}
 	if !o.NoWakeUps {
 		l.notices = newNotices(ns, &l.turns, o.NodeTimeout, l.id)
+		// A client that unlocks and locks again within a poll, after its
+		// release named another Locker, waits for its turn (waitq.Join).
+		l.turns.PassedFor = o.RetryDelay + o.RetryJitter
 	}
 	return l, nil
 }
@@ -111,7 +115,7 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 	}
 	// In the key's queue before the first attempt, so that a release after
 	// an attempt that found the key taken wakes this call (see package waitq).
-	w, first, held := l.turns.Join(key)
+	w, first, held, passed := l.turns.Join(key)
 	won := false
 	// Listening for releases elsewhere (other processes) while the key is
 	// contended: at once behind other waiters, else after a failed attempt.
@@ -154,7 +158,10 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 			joined, inLine = l.opts.Clock.Now(), true
 		}
 	}
-	ready := first && !held
+	ready := first && !held && !passed
+	if passed {
+		join() // the turn went to another Locker: wait in the line for this one's
+	}
 	for {
 		if !ready {
 			turn := l.awaitTurn(ctx, key, w, l.retryWait()+l.splitBackoff(split), join)
@@ -169,6 +176,7 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 		hear()
 		attempts++
 		var lease *Lease
+		req.yield = true
 		lease, err = l.attempt(ctx, req, attempts)
 		if err == nil {
 			won = true
@@ -347,6 +355,9 @@ func (l *Locker) Drain(ctx context.Context) error {
 
 // request is a validated acquire or extend request.
 type request struct {
+	// yield: a Lock's attempt, which stops waiting for the nodes still to
+	// answer soon after one of them refused (see attempt)
+	yield   bool
 	key     string
 	counter string        // the fencing counter's key, with Options.Fencing
 	granted time.Duration // the lease the server grants: ttl rounded down to ms
@@ -403,9 +414,11 @@ func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error
 		c, read = acquireFencedCommand(req.key, req.counter, value, req.ms), readFenced
 	}
 	timing := l.timing()
-	round := l.fanOut(ctx, fan{earlier: earlier, timeout: l.opts.NodeTimeout, value: value, counters: counters, timing: timing}, c, read)
+	decide, contended, stop := l.yielding(ctx, req, start)
+	round := l.fanOut(ctx, fan{earlier: earlier, timeout: l.opts.NodeTimeout, value: value, counters: counters, timing: timing, contended: contended}, c, read)
 	// Waiting past the budget is pointless: no validity would be left.
-	tally := round.Decide(ctx, min(l.opts.NodeTimeout, req.budget), granted)
+	tally := round.Decide(decide, min(l.opts.NodeTimeout, req.budget), granted)
+	stop()
 	until := start.Add(req.budget - l.fastClocks(tally, req.granted))
 	var token uint64
 	var err error
@@ -579,3 +592,46 @@ func contextError(ctx context.Context) error {
 	}
 	return fmt.Errorf("%w: %w", err, cause)
 }
+
+// yielding returns the context a Lock's attempt decides under (req.yield):
+// once a node has refused because another value holds the key, the
+// attempt waits for the nodes still to answer only as long again as the
+// refusal took (at least minYield), then counts them as not answered and
+// loses. Why: two contenders that split the fast nodes between them would
+// otherwise each hold their share while a slow node answers (a WAIT that
+// runs to its timeout, say), keeping every other attempt out, and do it
+// again on their next tries: a livelock. Lock tries again after its
+// backoff, which grows while attempts split. A TryLock, which has no next
+// try, waits for every node as before. contended goes to the attempt's
+// ballot; stop releases what yielding set up, once the decision is made.
+func (l *Locker) yielding(ctx context.Context, req request, start time.Time) (decide context.Context, contended func(), stop func()) {
+	if !req.yield {
+		return ctx, nil, func() {}
+	}
+	decide, cancel := context.WithCancelCause(ctx)
+	var once sync.Once
+	var timer atomic.Pointer[time.Timer]
+	contended = func() {
+		once.Do(func() {
+			grace := max(2*l.opts.Clock.Now().Sub(start), minYield)
+			timer.Store(time.AfterFunc(grace, func() { cancel(errNotWaitedFor) }))
+		})
+	}
+	stop = func() {
+		once.Do(func() {}) // no timer after the decision
+		if t := timer.Load(); t != nil {
+			t.Stop()
+		}
+		cancel(nil)
+	}
+	return decide, contended, stop
+}
+
+// minYield is the least a Lock's attempt waits for the nodes still to
+// answer after one refused (see yielding).
+const minYield = 2 * time.Millisecond
+
+// errNotWaitedFor is the vote of a node a Lock's attempt stopped waiting
+// for (see yielding): a reply not come before the attempt's deadline, as
+// quorum.ErrNoReply.
+var errNotWaitedFor error = noReplyError{errors.New("redlock: not waited for: another holder's value was seen on the key, and Lock tries again rather than hold its grants while this node answers")}

@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlock/redlock/quorum"
 	"github.com/redlock/redlock/redlock"
 )
 
@@ -300,4 +302,62 @@ func TestReleaseToAHeadThatLeavesIsPassedOn(t *testing.T) {
 	start := time.Now()
 	err = <-cDone
 	require.NoError(t, err, "the key was free (released by this Locker) %v before C gave up", time.Since(start))
+}
+
+// A Lock's attempt that finds another value on one node, with the node it
+// would need still to answer (slow: a WAIT that runs to its timeout, say),
+// stops waiting for it soon and loses, so that it does not hold its other
+// grants meanwhile (two contenders that split the fast nodes would each
+// keep the other out for the slow node's time, attempt after attempt).
+// Control: TryLock, which has no next try, waits for the slow node.
+func TestALockThatFindsContentionDoesNotWaitForTheSlowNode(t *testing.T) {
+	const slow = time.Second
+	c := newCluster(t, 3)
+	nodes := c.nodes(func(i int, n redlock.Node) redlock.Node {
+		if i != 2 {
+			return n
+		}
+		return &hookNode{Node: n, beforeDo: func(context.Context, []any) error {
+			time.Sleep(slow)
+			return errInjected
+		}}
+	})
+	c.setOther(t, "k", 1) // node 1: another holder's value
+	for _, bc := range []struct {
+		name    string
+		acquire func(ctx context.Context, l *redlock.Locker) error
+		quick   bool // the first attempt ends well before the slow node answers
+	}{
+		{"lock", func(ctx context.Context, l *redlock.Locker) error {
+			ctx, cancel := context.WithTimeout(ctx, slow/4)
+			defer cancel()
+			_, err := l.Lock(ctx, "k", time.Minute)
+			return err
+		}, true},
+		{"control-trylock", func(ctx context.Context, l *redlock.Locker) error {
+			_, err := l.TryLock(ctx, "k", time.Minute)
+			return err
+		}, false},
+	} {
+		t.Run(bc.name, func(t *testing.T) {
+			rec := &recorder{}
+			l := newLocker(t, nodes, &redlock.Options{NodeTimeout: 5 * time.Second, RetryDelay: time.Minute, Observer: rec})
+			require.Error(t, bc.acquire(t.Context(), l))
+			drain(t, l)
+			first := rec.of(redlock.OpAcquire)[0]
+			var q *redlock.QuorumError
+			require.ErrorAs(t, first.Err, &q)
+			assert.Equal(t, 1, q.Granted, "node 0 granted")
+			assert.Equal(t, redlock.Taken, q.Nodes[1].Outcome)
+			if bc.quick {
+				assert.Less(t, first.Duration, slow/2, "the attempt stopped waiting for the slow node")
+				require.ErrorIs(t, q.Nodes[2].Err, quorum.ErrNoReply)
+				assert.Contains(t, q.Nodes[2].Err.Error(), "not waited for")
+			} else {
+				assert.GreaterOrEqual(t, first.Duration, slow*9/10, "TryLock waited for the slow node")
+				require.ErrorIs(t, q.Nodes[2].Err, errInjected)
+			}
+			assert.False(t, c.servers[0].Exists("k"), "node 0's grant was released")
+		})
+	}
 }

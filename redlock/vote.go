@@ -26,6 +26,9 @@ type ballot struct {
 	found    []holding     // what each node holds, which readInspect and readRevoke fill in
 	passed   *atomic.Int32 // releases that named another Locker's turn, which readRelease counts
 	timing   *latencies    // each node's reply time, for events; nil without an Observer
+	// contended, if set, is told of each vote that found another value
+	// on the key (Taken), on the transport's goroutine: it must not block
+	contended func()
 	// watched: a guarded round of an observed Locker, whose guard verdicts
 	// each node's watch records (see nodeWatch)
 	watched bool
@@ -38,6 +41,9 @@ var _ wire.Receiver = (*ballot)(nil)
 func (b *ballot) Receive(i int, r wire.Reply) {
 	o, err := vote(b, i, r)
 	b.timing.arrived(i)
+	if o == Taken && b.contended != nil {
+		b.contended()
+	}
 	if b.watched {
 		b.nodes[i].watch.verdict(r.Verdict)
 	}

@@ -59,7 +59,8 @@ const (
 	// TurnOpen: no Locker was named by most of the nodes heard (none had
 	// joined the line there): every Locker's waiter may try.
 	TurnOpen Turn = iota
-	// TurnThis: this Hub's Locker (Options.ID) was named by some node.
+	// TurnThis: this Hub's Locker (Options.ID) was named by most of the
+	// nodes heard. (Named by some only, the turn is delivered as TurnOpen.)
 	TurnThis
 	// TurnOther: most of the nodes heard named other Lockers, none this
 	// one: it waits.
@@ -386,12 +387,13 @@ func (h *Hub) notice(channel, message string) {
 	// fewer. Waking at the first node's notice would send the attempt
 	// while the release is still on its way to the others.
 	//
-	// Whose turn: this Locker's if any node heard named it (nodes may
-	// disagree, when Lockers joined their lines in different orders; the
-	// named ones try, and a loser joins again), another's if most of the
-	// nodes heard named others, and anyone's otherwise: one node's stale
-	// place (a Locker gone, a line that differs) must not keep every
-	// waiter out until its poll. A node that
+	// Whose turn: this Locker's if most of the nodes heard named it;
+	// another's if most named others and none this one; anyone's
+	// otherwise. Nodes disagree when Lockers joined their lines in
+	// different orders: then every Locker named somewhere tries, after a
+	// stagger (TurnOpen), since attempts sent at one moment would split
+	// the nodes between them; and one node's stale place (a Locker gone, a
+	// line that differs) must not keep every waiter out until its poll. A node that
 	// names this Locker after the release was delivered as another's turn
 	// delivers it again, as this one's: with three nodes naming three
 	// Lockers, each Locker's first majority may be the two that name the
@@ -401,10 +403,11 @@ func (h *Hub) notice(channel, message string) {
 	turn := TurnOpen
 	if wake {
 		r.done = true
+		r.doneMine = r.mine > 0
 		switch {
-		case r.mine > 0:
-			turn, r.doneMine = TurnThis, true
-		case 2*r.others > r.heard:
+		case 2*r.mine > r.heard:
+			turn = TurnThis
+		case r.mine == 0 && 2*r.others > r.heard:
 			turn = TurnOther
 		}
 	}

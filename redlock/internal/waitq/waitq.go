@@ -7,6 +7,7 @@ package waitq
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Queues are a Locker's Lock calls waiting for each key, in arrival order.
@@ -26,8 +27,15 @@ import (
 // the key taken and the wait that follows is never missed. Why says what
 // woke the head; releases no notice tells of are found by the head's poll.
 type Queues struct {
-	mu   sync.Mutex
-	keys map[string]*queue
+	// PassedFor is how long a release that passed the turn to another
+	// Locker, with no waiter here to take note, keeps the next Lock call
+	// for the key out of the way (see Join); 0: not at all. Set it before
+	// the first call.
+	PassedFor time.Duration
+
+	mu     sync.Mutex
+	keys   map[string]*queue
+	passed map[string]time.Time // keys whose release passed the turn with no waiter here, and when
 }
 
 // queue is one key's waiters; waiters[0] is the head.
@@ -86,8 +94,13 @@ func (w *Waiter) signal() {
 
 // Join puts a new waiter for key at the back of its queue. first reports
 // whether it is the head, and held whether a lease of this Locker holds
-// the key (the head then waits before its first attempt).
-func (t *Queues) Join(key string) (w *Waiter, first, held bool) {
+// the key (the head then waits before its first attempt). passed reports
+// that the key's last release here, less than PassedFor ago, named another
+// Locker's turn while no one waited here (a client that unlocked and at
+// once locks again, say): the head then joins the key's line and waits for
+// its turn, as a waiter would have, instead of racing the named Locker's
+// attempt (the two would split the nodes, and both wait for a poll).
+func (t *Queues) Join(key string) (w *Waiter, first, held, passed bool) {
 	w = &Waiter{Wake: make(chan struct{}, 1)}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -98,9 +111,13 @@ func (t *Queues) Join(key string) (w *Waiter, first, held bool) {
 	if q == nil {
 		q = &queue{}
 		t.keys[key] = q
+		if at, ok := t.passed[key]; ok {
+			delete(t.passed, key)
+			passed = time.Since(at) < t.PassedFor
+		}
 	}
 	q.waiters = append(q.waiters, w)
-	return w, len(q.waiters) == 1, q.held
+	return w, len(q.waiters) == 1, q.held, passed
 }
 
 // Head reports whether w is the head of key's queue, and whether a lease
@@ -155,6 +172,9 @@ func (t *Queues) Released(key string, passed bool) {
 	defer t.mu.Unlock()
 	q := t.keys[key]
 	if q == nil {
+		if passed && t.PassedFor > 0 {
+			t.markPassed(key)
+		}
 		return
 	}
 	q.held = false
@@ -165,6 +185,24 @@ func (t *Queues) Released(key string, passed bool) {
 		}
 		q.waiters[0].wake(why)
 	}
+}
+
+// markPassed notes that key's release passed the turn with no waiter
+// here; t.mu held. Marks older than PassedFor are dropped as others are
+// added, so that keys never locked again keep nothing for long.
+func (t *Queues) markPassed(key string) {
+	now := time.Now()
+	if t.passed == nil {
+		t.passed = map[string]time.Time{}
+	}
+	if len(t.passed) >= 64 {
+		for k, at := range t.passed {
+			if now.Sub(at) >= t.PassedFor {
+				delete(t.passed, k)
+			}
+		}
+	}
+	t.passed[key] = now
 }
 
 // Notice tells key's queue that the key was released elsewhere (another

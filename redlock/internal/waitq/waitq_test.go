@@ -1,6 +1,9 @@
 package waitq
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func woken(w *Waiter) bool {
 	select {
@@ -17,12 +20,12 @@ func woken(w *Waiter) bool {
 // the release; a key no one waits for keeps nothing.
 func TestQueueOrderAndWakeUps(t *testing.T) {
 	var q Queues
-	a, first, held := q.Join("k")
+	a, first, held, _ := q.Join("k")
 	if !first || held {
 		t.Fatalf("the first waiter: head %v, held %v", first, held)
 	}
-	b, first, _ := q.Join("k")
-	c, _, _ := q.Join("k")
+	b, first, _, _ := q.Join("k")
+	c, _, _, _ := q.Join("k")
 	if first || q.Waiting("k") != 3 {
 		t.Fatalf("second waiter head %v; waiting %d", first, q.Waiting("k"))
 	}
@@ -65,8 +68,8 @@ func TestQueueOrderAndWakeUps(t *testing.T) {
 func TestNoticeWakesTheHead(t *testing.T) {
 	var q Queues
 	q.Notice("k", NamedNobody) // no one waits: nothing kept
-	a, _, _ := q.Join("k")
-	b, _, _ := q.Join("k")
+	a, _, _, _ := q.Join("k")
+	b, _, _, _ := q.Join("k")
 	q.Notice("k", NamedNobody)
 	if !woken(a) || woken(b) || a.Woken() != NamedNobody {
 		t.Fatal("a notice wakes the head alone, and says so")
@@ -97,8 +100,8 @@ func TestNoticeWakesTheHead(t *testing.T) {
 // the key's line (Passed), not to try; one that named no one, to try.
 func TestReleasedSaysWhetherTheTurnPassed(t *testing.T) {
 	var q Queues
-	a, _, _ := q.Join("k")
-	b, _, _ := q.Join("k")
+	a, _, _, _ := q.Join("k")
+	b, _, _, _ := q.Join("k")
 	q.Leave("k", a, true) // a won: held here
 	if !woken(b) || b.Woken() != 0 {
 		t.Fatal("b moved up, with no release")
@@ -116,5 +119,38 @@ func TestReleasedSaysWhetherTheTurnPassed(t *testing.T) {
 	q.Released("k", false)
 	if !woken(b) || b.Woken() != ReleasedHere {
 		t.Fatal("a release that named no one: the head tries")
+	}
+}
+
+// A release that passed the turn to another Locker while no one waited
+// here keeps the next Lock call for the key out of the way for PassedFor:
+// its Join says passed (it joins the key's line and waits instead of
+// racing the named Locker's attempt). Once only, and not after PassedFor;
+// a release that named no one, or PassedFor 0, marks nothing.
+func TestAPassedTurnHoldsBackTheNextLock(t *testing.T) {
+	q := &Queues{PassedFor: time.Hour}
+	q.Released("k", true) // no one waits: the mark is kept
+	w, first, held, passed := q.Join("k")
+	if !first || held || !passed {
+		t.Fatalf("after a passed turn: first %v held %v passed %v, want true false true", first, held, passed)
+	}
+	q.Leave("k", w, false)
+	if _, _, _, passed := q.Join("k"); passed {
+		t.Error("the mark is taken once")
+	}
+	q.Released("j", false)
+	if _, _, _, passed := q.Join("j"); passed {
+		t.Error("a release that named no one marks nothing")
+	}
+	short := &Queues{PassedFor: time.Nanosecond}
+	short.Released("k", true)
+	time.Sleep(time.Millisecond) // past PassedFor
+	if _, _, _, passed := short.Join("k"); passed {
+		t.Error("the mark lasts PassedFor")
+	}
+	var off Queues
+	off.Released("k", true)
+	if _, _, _, passed := off.Join("k"); passed {
+		t.Error("PassedFor 0: no marks")
 	}
 }
