@@ -89,6 +89,19 @@ func TestTurnsGoRoundAcrossLockers(t *testing.T) {
 				i := <-won
 				require.GreaterOrEqual(t, i, 0)
 				order = append(order, i)
+				if !lines && len(order) == 1 {
+					// The control: every other waiter is woken by the first
+					// release and tries (and loses); wait for it, however
+					// loaded the machine, rather than guess how long it takes.
+					require.Eventually(t, func() bool {
+						for j, a := range counts {
+							if j != i && a.count() < 3 {
+								return false
+							}
+						}
+						return true
+					}, 10*time.Second, time.Millisecond, "the control: the first release woke every waiting Locker")
+				}
 				time.Sleep(50 * time.Millisecond) // any other Locker's attempt at this release is made by now
 				close(release[i])
 			}

@@ -96,11 +96,22 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*L
 	return l.attempt(ctx, req, 1)
 }
 
-// Lock acquires key for ttl, retrying TryLock after a random delay in
-// [RetryDelay, RetryDelay+RetryJitter) until it wins or ctx ends. Errors
+// Lock acquires key for ttl, trying again until it wins or ctx ends. Errors
 // that no retry can cure (bad arguments) are returned at once. When ctx
 // ends, the error matches ctx.Err() and carries the last attempt that the
 // nodes decided (errors.Is(err, ErrNotObtained) under contention).
+//
+// How it waits: this Locker's Lock calls for a key queue in arrival order,
+// and only the head tries; a release by this Locker wakes it at once, a
+// release elsewhere when its notices come (unless Options.NoWakeUps), and
+// otherwise it polls after a random delay in [RetryDelay,
+// RetryDelay+RetryJitter), longer while its attempts split the nodes with
+// other contenders. Across processes, the key's line on the nodes names
+// whose turn a release is, and a Lock just after this Locker's release
+// named another waits a few round trips for it to try. An attempt that
+// finds another holder's value stops waiting for the slowest nodes soon
+// (see README, "Waiting for a busy lock"), unlike TryLock's, which waits
+// for every node.
 //
 // Lock waits as long as ctx allows: a context without a deadline or
 // cancellation is consent to wait until the lock is free, however long that
@@ -164,7 +175,13 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 	}
 	for {
 		if !ready {
-			turn := l.awaitTurn(ctx, key, w, l.retryWait()+l.splitBackoff(split), join)
+			poll := l.retryWait() + l.splitBackoff(split)
+			if passed {
+				// The first wait after a turn passed to another Locker:
+				// as long as that one takes to try (see handOffWait).
+				poll, passed = l.handOffWait(poll), false
+			}
+			turn := l.awaitTurn(ctx, key, w, poll, join)
 			if turn == turnEnded {
 				break // ctx ended
 			}
@@ -190,6 +207,11 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 		}
 		if ctx.Err() != nil {
 			break
+		}
+		if errors.Is(err, errNotWaitedFor) {
+			req.yielded++ // the next attempt waits twice as long (see yielding)
+		} else {
+			req.yielded = 0
 		}
 		if q, ok := err.(*QuorumError); ok && q.Granted > 0 {
 			split++
@@ -356,8 +378,10 @@ func (l *Locker) Drain(ctx context.Context) error {
 // request is a validated acquire or extend request.
 type request struct {
 	// yield: a Lock's attempt, which stops waiting for the nodes still to
-	// answer soon after one of them refused (see attempt)
+	// answer soon after one of them refused (see yielding); yielded, how
+	// many of the Lock's attempts in a row did so before this one
 	yield   bool
+	yielded int
 	key     string
 	counter string        // the fencing counter's key, with Options.Fencing
 	granted time.Duration // the lease the server grants: ttl rounded down to ms
@@ -560,7 +584,7 @@ var errNothingToRelease = errors.New("redlock: not sent: the node refused the SE
 // timing, where the round was timed, gives each node's latency.
 func (l *Locker) roundError(ctx context.Context, op string, c wire.Command, tally quorum.Tally[Outcome], timing *latencies) *QuorumError {
 	e := &QuorumError{Op: op, Key: c.Key, Need: tally.Need, Granted: tally.Accepted, Nodes: l.results(tally, timing, func(err error) error { return explainDenied(c, err) })}
-	taken, missing := 0, 0
+	taken, missing, notWaited := 0, 0, 0
 	for _, n := range e.Nodes {
 		switch n.Outcome {
 		case Taken:
@@ -568,10 +592,15 @@ func (l *Locker) roundError(ctx context.Context, op string, c wire.Command, tall
 		case Missing, Revoked:
 			missing++
 		}
+		if errors.Is(n.Err, errNotWaitedFor) {
+			notWaited++
+		}
 	}
 	cannotWin := len(tally.Votes) - tally.Need // more refusals than this decide
 	switch {                                   // what the nodes answered outranks a context that ended meanwhile
-	case op == "acquire" && taken > cannotWin:
+	case op == "acquire" && (taken > cannotWin || (taken > 0 && taken+notWaited > cannotWin)):
+		// Contention decided it, whether by the nodes' refusals alone or
+		// by a Lock's attempt that stopped waiting after one (yielding).
 		e.Cause = ErrNotObtained
 	case op != "acquire" && taken+missing > cannotWin:
 		e.Cause = ErrNotHeld
@@ -596,25 +625,33 @@ func contextError(ctx context.Context) error {
 // yielding returns the context a Lock's attempt decides under (req.yield):
 // once a node has refused because another value holds the key, the
 // attempt waits for the nodes still to answer only as long again as the
-// refusal took (at least minYield), then counts them as not answered and
-// loses. Why: two contenders that split the fast nodes between them would
-// otherwise each hold their share while a slow node answers (a WAIT that
-// runs to its timeout, say), keeping every other attempt out, and do it
-// again on their next tries: a livelock. Lock tries again after its
-// backoff, which grows while attempts split. A TryLock, which has no next
-// try, waits for every node as before. contended goes to the attempt's
+// refusal took (at least minYield), doubled for each attempt of this Lock
+// that yielded before (req.yielded), then counts them as not answered and
+// loses (as contention: ErrNotObtained). Why: two contenders that split
+// the fast nodes between them would otherwise each hold their share while
+// a slow node answers (a WAIT that runs to its timeout, say), keeping
+// every other attempt out, and do it again on their next tries: a
+// livelock. Lock tries again after its backoff, which grows while
+// attempts split. Why doubled: a refusal may be no contender's but a
+// grant left behind on a minority (a crashed client's, an Unlock that
+// missed the node), with the slow node the only way to a majority: the
+// Lock's later attempts wait long enough for it. (Waiting fully whenever
+// the same value refused two attempts in a row was tried: one attempt
+// that waited made its value repeat for the others, which then waited
+// too, and the livelock came back.) A TryLock, which has no next try,
+// waits for every node as before. contended goes to the attempt's
 // ballot; stop releases what yielding set up, once the decision is made.
-func (l *Locker) yielding(ctx context.Context, req request, start time.Time) (decide context.Context, contended func(), stop func()) {
+func (l *Locker) yielding(ctx context.Context, req request, start time.Time) (decide context.Context, contended func(other string), stop func()) {
 	if !req.yield {
 		return ctx, nil, func() {}
 	}
 	decide, cancel := context.WithCancelCause(ctx)
 	var once sync.Once
 	var timer atomic.Pointer[time.Timer]
-	contended = func() {
+	contended = func(string) {
 		once.Do(func() {
-			grace := max(2*l.opts.Clock.Now().Sub(start), minYield)
-			timer.Store(time.AfterFunc(grace, func() { cancel(errNotWaitedFor) }))
+			grace := max(2*l.opts.Clock.Now().Sub(start), minYield) << min(2*req.yielded, 20)
+			timer.Store(time.AfterFunc(min(grace, l.opts.NodeTimeout), func() { cancel(errNotWaitedFor) }))
 		})
 	}
 	stop = func() {

@@ -235,6 +235,8 @@ func (l *Locker) resultsInto(out []NodeResult, tally quorum.Tally[Outcome], t *l
 		}
 		out[i] = NodeResult{Node: i, Name: l.nodes[i].name, Outcome: v.Value, Err: err, Latency: t.of(i)}
 		switch {
+		case errors.Is(v.Err, errNotWaitedFor):
+			out[i].Outcome = Unanswered // a Lock's attempt stopped waiting for it (yielding)
 		case v.Err != nil:
 			out[i].Outcome = Failed
 		case !v.Replied:

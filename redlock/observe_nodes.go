@@ -121,11 +121,18 @@ func (l *Locker) emitAll(events []Event) {
 // unanswered reports whether the decision in tally left a node not waited for.
 func unanswered(tally quorum.Tally[Outcome]) bool {
 	for _, v := range tally.Votes {
-		if !v.Replied && v.Err == nil {
+		if notWaitedFor(v) {
 			return true
 		}
 	}
 	return false
+}
+
+// notWaitedFor reports whether the decision did not wait for v's node: it
+// had not replied, and its vote was closed without an error of its own
+// (or by a Lock's attempt that stopped waiting: yielding).
+func notWaitedFor(v quorum.Vote[Outcome]) bool {
+	return !v.Replied && (v.Err == nil || errors.Is(v.Err, errNotWaitedFor))
 }
 
 // lateFailures is the OpLateFailure event of the nodes that tally's
@@ -137,7 +144,7 @@ func (l *Locker) lateFailures(op Op, key string, round *quorum.Round[Outcome], t
 	}
 	var failed []NodeResult
 	for i, v := range tally.Votes {
-		if v.Replied || v.Err != nil {
+		if !notWaitedFor(v) {
 			continue // waited for: in the operation's own event
 		}
 		if _, err := round.Result(i); err != nil && !errors.Is(err, ErrNodeQuarantined) { // a quarantine has events of its own

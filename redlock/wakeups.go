@@ -102,15 +102,7 @@ func (l *Locker) needHeard() int {
 // (Health's RTT: the majority-th fastest node), before an attempt that a
 // release elsewhere woke. It reports false if ctx ends first.
 func (l *Locker) stagger(ctx context.Context) bool {
-	rtts := make([]time.Duration, 0, len(l.nodes))
-	for i := range l.nodes {
-		s := l.nodes[i].stats
-		s.mu.Lock()
-		rtts = append(rtts, s.rtt)
-		s.mu.Unlock()
-	}
-	slices.Sort(rtts)
-	window := min(2*rtts[len(rtts)/2], l.opts.NodeTimeout)
+	window := min(2*l.medianRTT(), l.opts.NodeTimeout)
 	if window <= 0 {
 		return true
 	}
@@ -122,4 +114,27 @@ func (l *Locker) stagger(ctx context.Context) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// medianRTT is the nodes' median recent round trip: a majority's, about.
+func (l *Locker) medianRTT() time.Duration {
+	rtts := make([]time.Duration, 0, len(l.nodes))
+	for i := range l.nodes {
+		s := l.nodes[i].stats
+		s.mu.Lock()
+		rtts = append(rtts, s.rtt)
+		s.mu.Unlock()
+	}
+	slices.Sort(rtts)
+	return rtts[len(rtts)/2]
+}
+
+// handOffWait is how long a Lock that comes just after this Locker's
+// release named another Locker's turn (waitq's passed mark) waits in the
+// line before its first attempt: long enough for the named Locker, woken
+// by the release's notices, to send its attempt (four round trips to a
+// majority, at least a millisecond), and no longer, in case it is gone
+// (its place left in the line by a crash), and never past a poll.
+func (l *Locker) handOffWait(poll time.Duration) time.Duration {
+	return min(max(4*l.medianRTT(), time.Millisecond), poll)
 }
