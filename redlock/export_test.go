@@ -43,3 +43,17 @@ func NoLines() (restore func()) {
 
 // ID is l's id in keys' lines.
 func ID(l *Locker) string { return l.id }
+
+// FencingPhase2 sets when a fenced acquisition runs phase 2: "fast" (the
+// library's choice: only where the phase-1 counters disagree), "always"
+// (the fast path off), "never" (the maximum alone: unsafe, the control of
+// the schedule tests). It returns the restore.
+func FencingPhase2(mode string) (restore func()) {
+	modes := map[string]int32{"fast": phase2Fast, "always": phase2Always, "never": phase2Never}
+	m, ok := modes[mode]
+	if !ok {
+		panic("FencingPhase2: unknown mode " + mode)
+	}
+	old := phase2Mode.Swap(m)
+	return func() { phase2Mode.Store(old) }
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -125,15 +126,40 @@ func parseFenced(cmd *redis.Cmd) (Outcome, uint64, error) {
 	return Granted, c, nil
 }
 
-// fence runs phase 2: with the phase-1 round won and counters the phase-1
-// replies, it raises the counter to t on every node that granted, and
-// returns the token, or the round's error.
-func (l *Locker) fence(ctx context.Context, req request, value string, phase1 *quorum.Round[Outcome], tally quorum.Tally[Outcome], counters []uint64, until time.Time, timing *latencies) (uint64, error) {
+// fence completes a fenced acquisition whose phase-1 round is won, with
+// counters the phase-1 replies: it returns the token, after phase 2 where
+// phase 2 is needed, or the round's error.
+//
+// Phase 2 exists to leave a majority of nodes with a counter at least t.
+// Where the phase-1 replies that granted before the decision already show
+// t on a majority of the nodes, that holds without phase 2 (a counter
+// only grows: once at least t, always at least t), and it is skipped: the
+// fast path. Order and uniqueness rest on nothing else (see above). In a
+// steady deployment every node increments in step and a fenced
+// acquisition costs one round trip; after a node missed increments, one
+// phase 2 brings it back in step. phase2 reports whether it ran.
+func (l *Locker) fence(ctx context.Context, req request, value string, phase1 *quorum.Round[Outcome], tally quorum.Tally[Outcome], counters []uint64, until time.Time, timing *latencies) (token uint64, phase2 bool, err error) {
 	var t uint64
 	owner := -1
 	for i, v := range tally.Votes {
 		if v.Accepted && (owner < 0 || counters[i] > t) {
 			t, owner = counters[i], i
+		}
+	}
+	atT := 0 // granting nodes whose counter is t
+	for i, v := range tally.Votes {
+		if v.Accepted && counters[i] == t {
+			atT++
+		}
+	}
+	token = t<<tokenNodeBits | l.nodes[owner].label
+	switch phase2Mode.Load() {
+	case phase2Always:
+	case phase2Never:
+		return token, false, nil
+	default:
+		if atT >= tally.Need {
+			return token, false, nil
 		}
 	}
 	want := strconv.FormatUint(t, 10)
@@ -156,19 +182,47 @@ func (l *Locker) fence(ctx context.Context, req request, value string, phase1 *q
 	if timing != nil {
 		timing2 = l.timing()
 	}
-	phase2 := l.fanOut(ctx, fan{after: phase1, skip: notGranted, timeout: l.opts.NodeTimeout, timing: timing2}, c, readScript)
+	round2 := l.fanOut(ctx, fan{after: phase1, skip: notGranted, timeout: l.opts.NodeTimeout, timing: timing2}, c, readScript)
 	left := until.Sub(l.opts.Clock.Now())
 	if left <= 0 {
-		return 0, l.roundError(ctx, "acquire", acquireFencedCommand(req.key, req.counter, value, req.ms), tally, timing) // validity used up in phase 1
+		return 0, true, l.roundError(ctx, "acquire", acquireFencedCommand(req.key, req.counter, value, req.ms), tally, timing) // validity used up in phase 1
 	}
-	tally2 := phase2.Decide(ctx, min(l.opts.NodeTimeout, left), granted)
+	tally2 := round2.Decide(ctx, min(l.opts.NodeTimeout, left), granted)
 	if !tally2.Won {
 		e := l.roundError(ctx, "acquire", c, tally2, timing2)
 		e.Op = "acquire (fencing phase)"
-		return 0, e
+		return 0, true, e
 	}
-	return t<<tokenNodeBits | l.nodes[owner].label, nil
+	return token, true, nil
 }
 
 // errNotGranted is phase 2's answer for a node that did not grant phase 1.
 var errNotGranted = errors.New("redlock: node did not grant the acquisition")
+
+// phase2Mode, where set, overrides fence's choice: phase2Always runs phase
+// 2 on every fenced acquisition (the fast path off), phase2Never never
+// (the maximum alone: unsafe, the control of the schedule tests). Only
+// tests set it (export_test.go).
+var phase2Mode atomic.Int32
+
+const (
+	phase2Fast int32 = iota
+	phase2Always
+	phase2Never
+)
+
+// fencedIn is a fenced acquisition's Event.Detail, by whether phase 2 ran.
+func fencedIn(phase2 bool) string {
+	if phase2 {
+		return FencedInTwoRoundTrips
+	}
+	return FencedInOneRoundTrip
+}
+
+// The Detail of a fenced acquisition's OpAcquire event: whether the
+// phase-1 counters agreed on a majority (one round trip), or phase 2 had
+// to raise lagging ones.
+const (
+	FencedInOneRoundTrip  = "fenced in one round trip: the counters agreed on a majority"
+	FencedInTwoRoundTrips = "fenced in two round trips: phase 2 raised counters that lagged"
+)

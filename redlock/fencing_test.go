@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -247,7 +248,7 @@ func TestFencingOrderUnderRandomSchedules(t *testing.T) {
 		t.Cleanup(func() { c.clients[i].Close() })
 	}
 	t.Run("direct", func(t *testing.T) {
-		runSchedules(t, runs, parallel, func() scheduleNodes {
+		runSchedules(t, c.servers, runs, parallel, func() scheduleNodes {
 			return func(_ int, state *chaos) []redlock.Node {
 				return c.nodes(func(i int, n redlock.Node) redlock.Node {
 					ch := *state
@@ -258,7 +259,7 @@ func TestFencingOrderUnderRandomSchedules(t *testing.T) {
 		}, scale)
 	})
 	t.Run("auto-pipeline", func(t *testing.T) {
-		runSchedules(t, runs, parallel, func() scheduleNodes {
+		runSchedules(t, c.servers, runs, parallel, func() scheduleNodes {
 			// Each worker has its own clients, three Lockers' worth, whose
 			// hooks read the state of the worker's current schedule.
 			state := &chaos{}
@@ -281,13 +282,80 @@ func TestFencingOrderUnderRandomSchedules(t *testing.T) {
 	})
 }
 
+// The control of TestFencingOrderUnderRandomSchedules: the same schedules
+// with phase 2 removed entirely (the maximum of the phase-1 counters alone)
+// break Order, where counters stand apart; with the fast path (phase 2
+// only where the counters that granted disagree) they do not.
+func TestFencingWithoutPhaseTwoBreaksOrder(t *testing.T) {
+	runs, parallel, scale := 200, 4, time.Duration(1)
+	if raceEnabled {
+		runs, parallel, scale = 60, 2, 8
+	}
+	c := newCluster(t, 5)
+	direct := func() scheduleNodes {
+		return func(_ int, state *chaos) []redlock.Node {
+			return c.nodes(func(i int, n redlock.Node) redlock.Node {
+				ch := *state
+				ch.Node, ch.srv = n, c.servers[i]
+				return ch
+			})
+		}
+	}
+	restore := redlock.FencingPhase2("never")
+	_, failed := exploreSchedules(c.servers, runs, parallel, direct, scale)
+	restore()
+	t.Logf("without phase 2: %d of %d schedules broke Order or Uniqueness; the first: %s", len(failed), runs, strings.Join(failed[:min(1, len(failed))], ""))
+	require.NotEmpty(t, failed, "the maximum alone must break Order in some schedule (the control)")
+}
+
 // scheduleNodes returns the nodes of Locker k (of 3) for a schedule whose
 // chaos state (key, seeded randomness, scale) is s.
 type scheduleNodes func(k int, s *chaos) []redlock.Node
 
-// runSchedules runs seeds 1..runs, parallel at a time; each worker gets its
-// nodes from newWorker.
-func runSchedules(t *testing.T, runs, parallel int, newWorker func() scheduleNodes, scale time.Duration) {
+// runSchedules runs seeds 1..runs, parallel at a time, on servers; each
+// worker gets its nodes from newWorker. Every violation fails t.
+func runSchedules(t *testing.T, servers []*miniredis.Miniredis, runs, parallel int, newWorker func() scheduleNodes, scale time.Duration) {
+	acquired, failed := exploreSchedules(servers, runs, parallel, newWorker, scale)
+	t.Logf("explored %d seeded schedules (seeds 1..%d, counters %s by turns); %d successful acquisitions checked", runs, runs, strings.Join(counterPresets, ", "), acquired)
+	for _, f := range failed {
+		t.Error(f)
+	}
+	assert.Greater(t, acquired, runs/10, "too few acquisitions succeeded for the check to mean much")
+}
+
+// counterPresets are how the nodes' fencing counters stand when a
+// schedule begins, by seed in turn: every node at the same count; each
+// node at it or one behind; two nodes of five ten behind; two nodes of
+// five a thousand ahead (the shape of the counterexample to the maximum
+// alone: an acquisition that wins them and one that does not).
+var counterPresets = []string{"in step", "lagging by one", "lagging on a minority", "ahead on a minority"}
+
+// presetCounters sets key's fencing counter on every server as seed's
+// preset (counterPresets) has it.
+func presetCounters(servers []*miniredis.Miniredis, key string, seed uint64) {
+	rnd := rand.New(rand.NewPCG(seed, 1))
+	picked := rnd.Perm(len(servers))[:2] // the minority of the last two presets
+	for i, m := range servers {
+		n := 1000
+		switch seed % uint64(len(counterPresets)) {
+		case 1:
+			n -= rnd.IntN(2)
+		case 2:
+			if slices.Contains(picked, i) {
+				n -= 10
+			}
+		case 3:
+			if slices.Contains(picked, i) {
+				n += 1000
+			}
+		}
+		_ = m.Set("{"+key+"}:fencing", strconv.Itoa(n))
+	}
+}
+
+// exploreSchedules runs seeds 1..runs as runSchedules does, and returns
+// the acquisitions checked and the violations found.
+func exploreSchedules(servers []*miniredis.Miniredis, runs, parallel int, newWorker func() scheduleNodes, scale time.Duration) (acquired int, failed []string) {
 	seeds := make(chan uint64)
 	go func() {
 		defer close(seeds)
@@ -296,12 +364,12 @@ func runSchedules(t *testing.T, runs, parallel int, newWorker func() scheduleNod
 		}
 	}()
 	var mu sync.Mutex
-	acquired, failed := 0, []string{}
 	var workers sync.WaitGroup
 	for range parallel {
 		nodes := newWorker()
 		workers.Go(func() {
 			for seed := range seeds {
+				presetCounters(servers, fmt.Sprintf("sched:%d", seed), seed)
 				n, err := runSchedule(nodes, seed, scale)
 				mu.Lock()
 				acquired += n
@@ -313,11 +381,7 @@ func runSchedules(t *testing.T, runs, parallel int, newWorker func() scheduleNod
 		})
 	}
 	workers.Wait()
-	t.Logf("explored %d seeded schedules (seeds 1..%d); %d successful acquisitions checked", runs, runs, acquired)
-	for _, f := range failed {
-		t.Error(f)
-	}
-	assert.Greater(t, acquired, runs/10, "too few acquisitions succeeded for the check to mean much")
+	return acquired, failed
 }
 
 // runSchedule runs the schedule of one seed and checks its acquisitions.
@@ -561,4 +625,37 @@ func TestRequireDurableRetriesNetworkFailures(t *testing.T) {
 	_, err = refusing.Lock(ctx, "k", time.Minute)
 	require.ErrorIs(t, err, redlock.ErrNotDurable)
 	assert.Less(t, time.Since(start), 20*time.Second, "Lock returned the nodes' verdict at once")
+}
+
+// In a steady deployment every node increments in step, and a fenced
+// acquisition takes one round trip: phase 1 alone (the fast path). Once the
+// counters stand apart on a majority (nodes that missed increments), one
+// acquisition runs phase 2, which brings them back in step, and the next
+// takes one round trip again. Tokens grow throughout. The events' Detail
+// says which.
+func TestFencedAcquisitionsTakeOneRoundTripWhenCountersAgree(t *testing.T) {
+	ctx := t.Context()
+	c := newCluster(t, 5)
+	rec := &recorder{}
+	l := newLocker(t, c.nodes(nil), &redlock.Options{Fencing: true, Observer: rec})
+	var prev uint64
+	acquire := func() string {
+		t.Helper()
+		rec.reset()
+		lease, err := l.TryLock(ctx, "k", time.Minute)
+		require.NoError(t, err)
+		require.Greater(t, lease.Token(), prev)
+		prev = lease.Token()
+		require.NoError(t, lease.Unlock(ctx))
+		drain(t, l)
+		return rec.one(t, redlock.OpAcquire).Detail
+	}
+	for range 3 {
+		assert.Equal(t, redlock.FencedInOneRoundTrip, acquire(), "counters in step")
+	}
+	for _, i := range []int{0, 1, 2} { // a majority missed increments
+		require.NoError(t, c.servers[i].Set("{k}:fencing", "1"))
+	}
+	assert.Equal(t, redlock.FencedInTwoRoundTrips, acquire(), "counters apart on a majority: phase 2")
+	assert.Equal(t, redlock.FencedInOneRoundTrip, acquire(), "back in step")
 }

@@ -446,13 +446,18 @@ func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error
 	until := start.Add(req.budget - l.fastClocks(tally, req.granted))
 	var token uint64
 	var err error
+	phase2 := false
 	if tally.Won && counters != nil {
-		token, err = l.fence(ctx, req, value, round, tally, counters, until, timing)
+		token, phase2, err = l.fence(ctx, req, value, round, tally, counters, until, timing)
 	}
 	if now := l.opts.Clock.Now(); err == nil && tally.Won && until.After(now) {
 		lease := &Lease{locker: l, key: req.key, value: value, token: token, acquiredAt: start, acquired: round, heldBy: round, holders: round, ttl: req.granted, until: until}
 		if timing != nil {
-			l.emit(Event{Op: OpAcquire, Key: req.key, Attempt: n, Duration: now.Sub(start), Token: token, Validity: until.Sub(now), Nodes: l.resultsInto(timing.eventNodes(len(tally.Votes)), tally, timing, nil)})
+			e := Event{Op: OpAcquire, Key: req.key, Attempt: n, Duration: now.Sub(start), Token: token, Validity: until.Sub(now), Nodes: l.resultsInto(timing.eventNodes(len(tally.Votes)), tally, timing, nil)}
+			if counters != nil {
+				e.Detail = fencedIn(phase2)
+			}
+			l.emit(e)
 			l.reportNodes(OpAcquire, req.key, round, tally, true)
 		}
 		return lease, nil

@@ -47,7 +47,9 @@ type Op uint8
 const (
 	// OpAcquire is one acquisition attempt: TryLock, or each of Lock's (and
 	// Do's) attempts, numbered by Event.Attempt. Err is nil when it won;
-	// errors.Is(Err, ErrNotObtained) under contention.
+	// errors.Is(Err, ErrNotObtained) under contention. A fenced one that
+	// won says in Detail whether it took one round trip
+	// (FencedInOneRoundTrip) or two (FencedInTwoRoundTrips).
 	OpAcquire Op = iota + 1
 	// OpExtend is Lease.Extend, including Do's background extensions.
 	OpExtend

@@ -56,7 +56,7 @@ type impl struct {
 
 func newImpl(ctx context.Context, name string, d *deployment, cfg config) (*impl, error) {
 	switch name {
-	case "redlock", "redlock-nowake", "redlock-direct", "redlock-wait", "redlock-unguarded", "redlock-events", "redlock-slog", "redlock-slog-info", "redlock-otel", "redlock-otel-1pct":
+	case "redlock", "redlock-nowake", "redlock-fenced", "redlock-direct", "redlock-wait", "redlock-unguarded", "redlock-events", "redlock-slog", "redlock-slog-info", "redlock-otel", "redlock-otel-1pct":
 		switch name {
 		case "redlock-events", "redlock-slog", "redlock-slog-info", "redlock-otel", "redlock-otel-1pct": // this library with an Observer (observe.go)
 			cfg.observer = name
@@ -64,6 +64,8 @@ func newImpl(ctx context.Context, name string, d *deployment, cfg config) (*impl
 			cfg.noQuarantine = true
 		case "redlock-nowake": // this library with release notices off (Options.NoWakeUps)
 			cfg.noWakeUps = true
+		case "redlock-fenced": // this library with fencing tokens (Options.Fencing), beside plain redlock
+			cfg.fencing = true
 		case "redlock-direct": // this library over its other transport, for comparison
 			cfg.noPipeline, cfg.goredisPipe = true, false
 		case "redlock-wait": // this library with Options.WaitReplicas (-wait-replicas, -wait-aof)

@@ -79,6 +79,8 @@
 //	redlock            this library
 //	redlock-nowake     this library with Options.NoWakeUps: waiters in other
 //	                   Lockers hear releases at their polls only (not in all)
+//	redlock-fenced     this library with Options.Fencing, whatever -fencing
+//	                   says: beside redlock, what tokens cost (not in all)
 //	redlock-direct     this library with Options.NoAutoPipeline (a pooled
 //	                   connection and goroutine per command; not in all)
 //	redlock-wait       this library with Options.WaitReplicas -wait-replicas
