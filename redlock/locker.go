@@ -297,6 +297,14 @@ func (l *Locker) awaitTurn(ctx context.Context, key string, w *waitq.Waiter, pol
 			switch {
 			case why&waitq.NamedThis != 0:
 				return turnNamed
+			case why&waitq.NamedSome != 0:
+				// Named by some nodes only: others named elsewhere try
+				// too; stagger, as below. The place in those nodes' lines
+				// is gone: turnNamed, so that a loss joins again.
+				if !l.stagger(ctx) {
+					return turnEnded
+				}
+				return turnNamed
 			case held:
 				// moved up behind a lease of this Locker: wait for its release
 			case why&waitq.ReleasedHere != 0 || why == 0:

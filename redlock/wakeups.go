@@ -31,6 +31,8 @@ func newNotices(nodes []node, turns *waitq.Queues, timeout time.Duration, id str
 			named = waitq.NamedThis
 		case notice.TurnOther:
 			named = waitq.NamedOther
+		case notice.TurnShared:
+			named = waitq.NamedSome
 		}
 		turns.Notice(key, named)
 	}

@@ -56,15 +56,21 @@ func Line(key string) (line string, ok bool) {
 type Turn uint8
 
 const (
-	// TurnOpen: no Locker was named by most of the nodes heard (none had
-	// joined the line there): every Locker's waiter may try.
+	// TurnOpen: this Locker was not named, and other Lockers not by most
+	// of the nodes heard (none had joined the line there): every Locker's
+	// waiter may try.
 	TurnOpen Turn = iota
 	// TurnThis: this Hub's Locker (Options.ID) was named by most of the
-	// nodes heard. (Named by some only, the turn is delivered as TurnOpen.)
+	// nodes heard.
 	TurnThis
 	// TurnOther: most of the nodes heard named other Lockers, none this
 	// one: it waits.
 	TurnOther
+	// TurnShared: this Hub's Locker was named by some of the nodes heard,
+	// not most (their lines differ): it tries after a stagger, as others
+	// named may, and its place in those nodes' lines is gone (it joins
+	// again if it loses).
+	TurnShared
 )
 
 // Channel is key's release channel, in key's hash slot (so that a Redis
@@ -391,7 +397,7 @@ func (h *Hub) notice(channel, message string) {
 	// another's if most named others and none this one; anyone's
 	// otherwise. Nodes disagree when Lockers joined their lines in
 	// different orders: then every Locker named somewhere tries, after a
-	// stagger (TurnOpen), since attempts sent at one moment would split
+	// stagger (TurnShared), since attempts sent at one moment would split
 	// the nodes between them; and one node's stale place (a Locker gone, a
 	// line that differs) must not keep every waiter out until its poll. A node that
 	// names this Locker after the release was delivered as another's turn
@@ -407,7 +413,9 @@ func (h *Hub) notice(channel, message string) {
 		switch {
 		case 2*r.mine > r.heard:
 			turn = TurnThis
-		case r.mine == 0 && 2*r.others > r.heard:
+		case r.mine > 0:
+			turn = TurnShared
+		case 2*r.others > r.heard:
 			turn = TurnOther
 		}
 	}

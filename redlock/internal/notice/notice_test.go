@@ -247,8 +247,8 @@ func TestReleaseNamesTheNextLockerInLine(t *testing.T) {
 // Nodes that name different Lockers (they joined the lines in different
 // orders): a Locker whose first majority named only others hears its own
 // name later and is delivered the release again then, so that a named
-// Locker always tries; as an open turn (TurnOpen: try after a stagger),
-// since most nodes named others, who may be trying too.
+// Locker always tries; as a shared turn (TurnShared: try after a
+// stagger), since most nodes named others, who may be trying too.
 func TestANamedLockerHearsItsTurnAfterOthers(t *testing.T) {
 	var clients []*redis.Client
 	var sources []notice.Source
@@ -277,22 +277,27 @@ func TestANamedLockerHearsItsTurnAfterOthers(t *testing.T) {
 	require.Eventually(t, func() bool { return a.count() == 2 }, 5*time.Second, time.Millisecond, "then a node named A")
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	assert.Equal(t, []notice.Turn{notice.TurnOther, notice.TurnOpen}, a.turns)
+	assert.Equal(t, []notice.Turn{notice.TurnOther, notice.TurnShared}, a.turns)
 }
 
 // One node of three names another Locker (a stale place: a Locker gone, a
 // line that differs), the others name no one: the release is delivered as
 // TurnOpen, so that every waiter may try, not TurnOther, which would keep
 // them all out until their polls. Control: two nodes of three naming the
-// other Locker deliver TurnOther.
+// other Locker deliver TurnOther. Named by one node of three, this Locker
+// hears TurnShared (try after a stagger; its place there is gone); by two,
+// TurnThis.
 func TestAMinorityNamingAnotherLockerLeavesTheTurnOpen(t *testing.T) {
 	for _, bc := range []struct {
 		name   string
-		naming int // how many of the three nodes name "B"
+		naming int    // how many of the three nodes name named
+		named  string // "B", another Locker, or "A", this one
 		want   notice.Turn
 	}{
-		{"one-of-three-names-another", 1, notice.TurnOpen},
-		{"control-two-of-three-name-another", 2, notice.TurnOther},
+		{"one-of-three-names-another", 1, "B", notice.TurnOpen},
+		{"control-two-of-three-name-another", 2, "B", notice.TurnOther},
+		{"one-of-three-names-this", 1, "A", notice.TurnShared},
+		{"two-of-three-name-this", 2, "A", notice.TurnThis},
 	} {
 		t.Run(bc.name, func(t *testing.T) {
 			var clients []*redis.Client
@@ -315,7 +320,7 @@ func TestAMinorityNamingAnotherLockerLeavesTheTurnOpen(t *testing.T) {
 			for i, c := range clients {
 				want := 1
 				if i < bc.naming {
-					require.NoError(t, c.RPush(ctx, line, "B").Err())
+					require.NoError(t, c.RPush(ctx, line, bc.named).Err())
 					want = 2
 				}
 				require.NoError(t, c.Set(ctx, "k", "v", time.Minute).Err())

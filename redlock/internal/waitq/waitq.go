@@ -74,6 +74,10 @@ const (
 	// NamedOther: a release elsewhere named another Locker. It wakes no
 	// one (Notice only clears held).
 	NamedOther
+	// NamedSome: a release elsewhere named this Locker on some nodes, not
+	// most (their lines differ). Try, after a stagger; its place in those
+	// lines is gone.
+	NamedSome
 )
 
 // Woken returns why w was woken since the last call (0: it moved up, or
@@ -207,7 +211,7 @@ func (t *Queues) markPassed(key string) {
 
 // Notice tells key's queue that the key was released elsewhere (another
 // process's lease, heard on its release channel), and whose turn the
-// release named: NamedThis, NamedNobody, or NamedOther (which wakes no
+// release named: NamedThis, NamedSome, NamedNobody, or NamedOther (which wakes no
 // one).
 func (t *Queues) Notice(key string, named Why) {
 	t.mu.Lock()
