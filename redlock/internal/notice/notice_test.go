@@ -250,20 +250,10 @@ func TestReleaseNamesTheNextLockerInLine(t *testing.T) {
 // Locker always tries; as a shared turn (TurnShared: try after a
 // stagger), since most nodes named others, who may be trying too.
 func TestANamedLockerHearsItsTurnAfterOthers(t *testing.T) {
-	var clients []*redis.Client
-	var sources []notice.Source
-	for range 3 {
-		c := client(t, miniredis.RunT(t).Addr())
-		clients = append(clients, c)
-		sources = append(sources, notice.Subscribable(c))
-	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	var a heard
-	h := notice.New(sources, a.deliver, notice.Options{Timeout: time.Second, Majority: 2, ID: "A"})
-	l := h.Listen("k")
-	defer l.Stop()
-	require.Equal(t, 3, l.Ready(ctx, 3, 5*time.Second))
+	clients := listeningOnThree(ctx, t, &a, 2)
 	line, _ := notice.Line("k")
 	release := func(c *redis.Client, next string) {
 		require.NoError(t, c.RPush(ctx, line, next).Err())
@@ -300,22 +290,12 @@ func TestAMinorityNamingAnotherLockerLeavesTheTurnOpen(t *testing.T) {
 		{"two-of-three-name-this", 2, "A", notice.TurnThis},
 	} {
 		t.Run(bc.name, func(t *testing.T) {
-			var clients []*redis.Client
-			var sources []notice.Source
-			for range 3 {
-				c := client(t, miniredis.RunT(t).Addr())
-				clients = append(clients, c)
-				sources = append(sources, notice.Subscribable(c))
-			}
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
 			var a heard
 			// Majority 3 of 3: the Hub weighs every node's notice, whatever
 			// order they come in.
-			h := notice.New(sources, a.deliver, notice.Options{Timeout: time.Second, Majority: 3, ID: "A"})
-			l := h.Listen("k")
-			defer l.Stop()
-			require.Equal(t, 3, l.Ready(ctx, 3, 5*time.Second))
+			clients := listeningOnThree(ctx, t, &a, 3)
 			line, _ := notice.Line("k")
 			for i, c := range clients {
 				want := 1
@@ -332,4 +312,24 @@ func TestAMinorityNamingAnotherLockerLeavesTheTurnOpen(t *testing.T) {
 			assert.Equal(t, []notice.Turn{bc.want}, a.turns)
 		})
 	}
+}
+
+// listeningOnThree starts three in-process nodes and a Hub of Locker "A"
+// over them (majority as given) that listens for "k", confirmed on all
+// three until the test ends; it delivers to a, and returns the nodes'
+// clients.
+func listeningOnThree(ctx context.Context, t *testing.T, a *heard, majority int) []*redis.Client {
+	t.Helper()
+	var clients []*redis.Client
+	var sources []notice.Source
+	for range 3 {
+		c := client(t, miniredis.RunT(t).Addr())
+		clients = append(clients, c)
+		sources = append(sources, notice.Subscribable(c))
+	}
+	h := notice.New(sources, a.deliver, notice.Options{Timeout: time.Second, Majority: majority, ID: "A"})
+	l := h.Listen("k")
+	t.Cleanup(l.Stop)
+	require.Equal(t, 3, l.Ready(ctx, 3, 5*time.Second))
+	return clients
 }
