@@ -45,7 +45,7 @@ type fan struct {
 	timing *latencies
 	// contended, if set, is told of each reply that found another value on
 	// the key (ballot.contended).
-	contended func(other string)
+	contended func()
 }
 
 // fanOut sends c to every node through its transport and returns the

@@ -140,15 +140,13 @@ func parseFenced(cmd *redis.Cmd) (Outcome, uint64, error) {
 // phase 2 brings it back in step. phase2 reports whether it ran.
 func (l *Locker) fence(ctx context.Context, req request, value string, phase1 *quorum.Round[Outcome], tally quorum.Tally[Outcome], counters []uint64, until time.Time, timing *latencies) (token uint64, phase2 bool, err error) {
 	var t uint64
-	owner := -1
+	owner, atT := -1, 0 // atT: granting nodes whose counter is t
 	for i, v := range tally.Votes {
-		if v.Accepted && (owner < 0 || counters[i] > t) {
-			t, owner = counters[i], i
-		}
-	}
-	atT := 0 // granting nodes whose counter is t
-	for i, v := range tally.Votes {
-		if v.Accepted && counters[i] == t {
+		switch {
+		case !v.Accepted:
+		case owner < 0 || counters[i] > t:
+			t, owner, atT = counters[i], i, 1
+		case counters[i] == t:
 			atT++
 		}
 	}

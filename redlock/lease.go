@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redlock/redlock/quorum"
+	"github.com/redlock/redlock/redlock/internal/notice"
 	"github.com/redlock/redlock/redlock/internal/wire"
 )
 
@@ -389,7 +390,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	// of the nodes that released, not by one: a minority's stale place (a
 	// Locker gone, a line that differs) must not cost this one's waiter a
 	// poll, and the Hub weighs other Lockers' notices alike.
-	lk.turns.Released(l.key, passedOn(int(l.passed.Load()), tally.Accepted))
+	lk.turns.Released(l.key, notice.Most(int(l.passed.Load()), tally.Accepted))
 	var err error
 	if !tally.Won {
 		err = lk.roundError(detached, "unlock", lk.unlockCommand(l.key, l.value), tally, timing)
@@ -442,7 +443,3 @@ func (l *Lease) Check(ctx context.Context) error {
 	}
 	return err
 }
-
-// passedOn reports whether a release passed the turn to another Locker:
-// more than half of the released nodes heard so far named one.
-func passedOn(named, released int) bool { return named > 0 && 2*named > released }

@@ -183,14 +183,7 @@ func TestATurnNamedOnAMinorityDoesNotPassTheReleasersTurn(t *testing.T) {
 			defer cancel()
 			held, err := a.TryLock(ctx, "job", time.Minute)
 			require.NoError(t, err)
-			got := make(chan error, 1)
-			go func() {
-				lease, err := a.Lock(ctx, "job", time.Minute)
-				if err == nil {
-					err = lease.Unlock(ctx)
-				}
-				got <- err
-			}()
+			got := lockSoon(t, a, "job", 3*poll)
 			require.Eventually(t, func() bool { return inLine(c, "job", a) == 3 }, 5*time.Second, time.Millisecond, "a's waiter joined the line on every node")
 			if stale {
 				_, err := c.servers[0].Lpush("{job}:redlock-waiters", "gone")

@@ -153,14 +153,7 @@ func TestATurnNamedForAGoneLockerCostsOnePoll(t *testing.T) {
 			ctx := t.Context()
 			held, err := a.TryLock(ctx, "job", time.Minute)
 			require.NoError(t, err)
-			got := make(chan error, 1)
-			go func() {
-				lease, err := b.Lock(ctx, "job", time.Minute)
-				if err == nil {
-					err = lease.Unlock(ctx)
-				}
-				got <- err
-			}()
+			got := lockSoon(t, b, "job", time.Minute)
 			require.Eventually(t, func() bool { return inLine(c, "job", b) == 3 }, 10*time.Second, time.Millisecond, "b joined the line on every node")
 			if gone {
 				for _, m := range c.servers {

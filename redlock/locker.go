@@ -169,6 +169,7 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 			joined, inLine = l.opts.Clock.Now(), true
 		}
 	}
+	req.yield = true // Lock tries again: its attempts stop waiting soon under contention (yielding)
 	ready := first && !held && !passed
 	if passed {
 		join() // the turn went to another Locker: wait in the line for this one's
@@ -193,7 +194,6 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 		hear()
 		attempts++
 		var lease *Lease
-		req.yield = true
 		lease, err = l.attempt(ctx, req, attempts)
 		if err == nil {
 			won = true
@@ -209,7 +209,7 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 			break
 		}
 		if errors.Is(err, errNotWaitedFor) {
-			req.yielded++ // the next attempt waits twice as long (see yielding)
+			req.yielded++ // the next attempt waits four times as long (see yielding)
 		} else {
 			req.yielded = 0
 		}
@@ -638,14 +638,14 @@ func contextError(ctx context.Context) error {
 // yielding returns the context a Lock's attempt decides under (req.yield):
 // once a node has refused because another value holds the key, the
 // attempt waits for the nodes still to answer only as long again as the
-// refusal took (at least minYield), doubled for each attempt of this Lock
-// that yielded before (req.yielded), then counts them as not answered and
+// refusal took (at least minYield), four times as long for each attempt of
+// this Lock that yielded before (req.yielded), then counts them as not answered and
 // loses (as contention: ErrNotObtained). Why: two contenders that split
 // the fast nodes between them would otherwise each hold their share while
 // a slow node answers (a WAIT that runs to its timeout, say), keeping
 // every other attempt out, and do it again on their next tries: a
 // livelock. Lock tries again after its backoff, which grows while
-// attempts split. Why doubled: a refusal may be no contender's but a
+// attempts split. Why longer: a refusal may be no contender's but a
 // grant left behind on a minority (a crashed client's, an Unlock that
 // missed the node), with the slow node the only way to a majority: the
 // Lock's later attempts wait long enough for it. (Waiting fully whenever
@@ -654,14 +654,14 @@ func contextError(ctx context.Context) error {
 // too, and the livelock came back.) A TryLock, which has no next try,
 // waits for every node as before. contended goes to the attempt's
 // ballot; stop releases what yielding set up, once the decision is made.
-func (l *Locker) yielding(ctx context.Context, req request, start time.Time) (decide context.Context, contended func(other string), stop func()) {
+func (l *Locker) yielding(ctx context.Context, req request, start time.Time) (decide context.Context, contended func(), stop func()) {
 	if !req.yield {
 		return ctx, nil, func() {}
 	}
 	decide, cancel := context.WithCancelCause(ctx)
 	var once sync.Once
 	var timer atomic.Pointer[time.Timer]
-	contended = func(string) {
+	contended = func() {
 		once.Do(func() {
 			grace := max(2*l.opts.Clock.Now().Sub(start), minYield) << min(2*req.yielded, 20)
 			timer.Store(time.AfterFunc(min(grace, l.opts.NodeTimeout), func() { cancel(errNotWaitedFor) }))

@@ -27,9 +27,8 @@ type ballot struct {
 	passed   *atomic.Int32 // releases that named another Locker's turn, which readRelease counts
 	timing   *latencies    // each node's reply time, for events; nil without an Observer
 	// contended, if set, is told of each vote that found another value
-	// on the key (Taken), and the value, on the transport's goroutine: it
-	// must not block
-	contended func(other string)
+	// on the key (Taken), on the transport's goroutine: it must not block
+	contended func()
 	// watched: a guarded round of an observed Locker, whose guard verdicts
 	// each node's watch records (see nodeWatch)
 	watched bool
@@ -43,7 +42,7 @@ func (b *ballot) Receive(i int, r wire.Reply) {
 	o, err := vote(b, i, r)
 	b.timing.arrived(i)
 	if o == Taken && b.contended != nil {
-		b.contended(takenBy(r.Cmd))
+		b.contended()
 	}
 	if b.watched {
 		b.nodes[i].watch.verdict(r.Verdict)
@@ -71,20 +70,4 @@ func vote(b *ballot, i int, r wire.Reply) (Outcome, error) {
 		return Failed, r.Verdict
 	}
 	return o, err
-}
-
-// takenBy is the other value an acquisition's refusal found on the key:
-// SET ... GET's reply, or the fenced script's second element ("" where
-// not known).
-func takenBy(cmd *redis.Cmd) string {
-	switch v := cmd.Val().(type) {
-	case string:
-		return v
-	case []any:
-		if len(v) == 2 {
-			s, _ := v[1].(string)
-			return s
-		}
-	}
-	return ""
 }

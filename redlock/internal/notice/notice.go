@@ -73,6 +73,13 @@ const (
 	TurnShared
 )
 
+// Most reports whether named of the heard nodes' notices (or releases)
+// are most of them: the one rule by which a release names a Locker's turn,
+// in a Hub and in the releasing Locker's Unlock alike. One node's naming
+// is not enough: its place may be stale (a Locker gone, a line that
+// differs).
+func Most(named, heard int) bool { return named > 0 && 2*named > heard }
+
 // Channel is key's release channel, in key's hash slot (so that a Redis
 // Cluster shard publishes it from a script that names only key); ok is
 // false for a key that cannot carry a hash tag (it is then polled only).
@@ -411,11 +418,11 @@ func (h *Hub) notice(channel, message string) {
 		r.done = true
 		r.doneMine = r.mine > 0
 		switch {
-		case 2*r.mine > r.heard:
+		case Most(r.mine, r.heard):
 			turn = TurnThis
 		case r.mine > 0:
 			turn = TurnShared
-		case 2*r.others > r.heard:
+		case Most(r.others, r.heard):
 			turn = TurnOther
 		}
 	}
