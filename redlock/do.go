@@ -40,20 +40,46 @@ func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 	if err != nil {
 		return err
 	}
+	return lease.Do(ctx, ttl, fn)
+}
+
+// Do runs fn while holding the lease, extending it by ttl in the
+// background, and releases it when fn returns, as Locker.Do does once it
+// has acquired: for a lease taken otherwise (LockMulti, TryLock, or
+// Locker.Resume in another process). A lease already lost or unlocked is
+// refused with ErrNotHeld, and fn does not run.
+func (lease *Lease) Do(ctx context.Context, ttl time.Duration, fn func(ctx context.Context, lease *Lease) error) (err error) {
+	if lease == nil {
+		return errors.New("redlock: Do on a nil *Lease")
+	}
+	key := lease.name()
+	if fn == nil {
+		return fmt.Errorf("redlock: do %s: nil function", key)
+	}
+	if ctx == nil {
+		return fmt.Errorf("redlock: do %s: nil context", key)
+	}
+	l := lease.locker
+	if _, err := l.request(ctx, "do", lease.key, ttl); err != nil {
+		return err
+	}
+	if err := lease.usable("do"); err != nil {
+		return err
+	}
 	work, cancel := context.WithCancelCause(ctx)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var lostReported atomic.Bool
 	reportLost := func(err error) {
 		if l.observed() && lostReported.CompareAndSwap(false, true) {
-			l.emit(Event{Op: OpLost, Key: key, Duration: l.opts.Clock.Now().Sub(lease.acquiredAt), Token: lease.token, Err: err})
+			l.emit(Event{Op: OpLost, Key: lease.key, Duration: l.opts.Clock.Now().Sub(lease.acquiredAt), Token: lease.token, Err: err})
 		}
 	}
 	wg.Go(func() { l.keepExtending(work, lease, ttl, stop) })
 	wg.Go(func() {
 		select {
 		case <-lease.Done():
-			lostErr := fmt.Errorf("redlock: do %q: %w", key, ErrLost)
+			lostErr := fmt.Errorf("redlock: do %s: %w", key, ErrLost)
 			if lease.isLost() {
 				reportLost(lostErr)
 			}
@@ -76,11 +102,11 @@ func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 		}
 		switch {
 		case lost:
-			lostErr := fmt.Errorf("redlock: do %q: %w while the function ran", key, ErrLost)
+			lostErr := fmt.Errorf("redlock: do %s: %w while the function ran", key, ErrLost)
 			reportLost(lostErr)
 			err = errors.Join(lostErr, err)
 		case !unlockedByFn && errors.Is(unlockErr, ErrNotHeld):
-			lostErr := fmt.Errorf("redlock: do %q: %w: the nodes no longer held it when the function returned: %w", key, ErrLost, unlockErr)
+			lostErr := fmt.Errorf("redlock: do %s: %w: the nodes no longer held it when the function returned: %w", key, ErrLost, unlockErr)
 			reportLost(lostErr)
 			err = errors.Join(lostErr, err)
 		case !unlockedByFn && unlockErr != nil && err == nil:

@@ -30,6 +30,9 @@ type fan struct {
 	// release: the key this round releases, recorded in l.releases for
 	// nodes without a pipeline.
 	release string
+	// releaseAll: a multi-key lease's keys, which the round releases
+	// (release is the first)
+	releaseAll []string
 	// value and counters are what the round's reader reads against: the
 	// lease's value, and the phase-1 fencing counters it fills in.
 	value    string
@@ -67,7 +70,10 @@ func (l *Locker) fanOut(ctx context.Context, f fan, c wire.Command, read reader)
 			if f.earlier != nil {
 				s.Await = f.earlier[i]
 			}
-			if f.release != "" {
+			switch {
+			case f.releaseAll != nil:
+				s.Finish = l.releases.startAll(f.releaseAll, i, len(l.nodes))
+			case f.release != "":
 				s.Finish = l.releases.start(f.release, i, len(l.nodes))
 			}
 		}

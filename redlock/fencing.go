@@ -138,32 +138,50 @@ func parseFenced(cmd *redis.Cmd) (Outcome, uint64, error) {
 // steady deployment every node increments in step and a fenced
 // acquisition costs one round trip; after a node missed increments, one
 // phase 2 brings it back in step. phase2 reports whether it ran.
-func (l *Locker) fence(ctx context.Context, req request, value string, phase1 *quorum.Round[Outcome], tally quorum.Tally[Outcome], counters []uint64, until time.Time, timing *latencies) (token uint64, phase2 bool, err error) {
-	var t uint64
-	owner, atT := -1, 0 // atT: granting nodes whose counter is t
-	for i, v := range tally.Votes {
-		switch {
-		case !v.Accepted:
-		case owner < 0 || counters[i] > t:
-			t, owner, atT = counters[i], i, 1
-		case counters[i] == t:
-			atT++
-		}
+func (l *Locker) fence(ctx context.Context, req request, value string, phase1 *quorum.Round[Outcome], tally quorum.Tally[Outcome], counters []uint64, until time.Time, timing *latencies) (token uint64, tokens []uint64, phase2 bool, err error) {
+	width := max(len(req.multi), 1) // keys: each has its counter and token
+	var one [1]uint64               // t of a single key, without allocating
+	ts := one[:]
+	if width > 1 {
+		ts, tokens = make([]uint64, width), make([]uint64, width)
 	}
-	token = t<<tokenNodeBits | l.nodes[owner].label
+	lagging := false // some key's t is not on a majority yet
+	for k := range width {
+		var t uint64
+		owner, atT := -1, 0 // atT: granting nodes whose counter is t
+		for i, v := range tally.Votes {
+			if !v.Accepted {
+				continue // its reply may still be writing its counters
+			}
+			switch c := counters[i*width+k]; {
+			case owner < 0 || c > t:
+				t, owner, atT = c, i, 1
+			case c == t:
+				atT++
+			}
+		}
+		ts[k] = t
+		tok := t<<tokenNodeBits | l.nodes[owner].label
+		if k == 0 {
+			token = tok
+		}
+		if tokens != nil {
+			tokens[k] = tok
+		}
+		lagging = lagging || atT < tally.Need
+	}
 	switch phase2Mode.Load() {
 	case phase2Always:
 	case phase2Never:
-		return token, false, nil
+		return token, tokens, false, nil
 	default:
-		if atT >= tally.Need {
-			return token, false, nil
+		if !lagging {
+			return token, tokens, false, nil
 		}
 	}
-	want := strconv.FormatUint(t, 10)
 	// Phase 2 goes to the nodes that granted phase 1. A pipelined node whose
 	// phase-1 reply is still outstanding gets it too, queued behind phase 1:
-	// the script raises the counter only where the key holds this value,
+	// the script raises the counters only where the keys hold this value,
 	// which is as safe there as on any granting node.
 	notGranted := func(i int) error {
 		select {
@@ -175,7 +193,7 @@ func (l *Locker) fence(ctx context.Context, req request, value string, phase1 *q
 		}
 		return nil
 	}
-	c := wire.ScriptCommand(fenceScript, []string{req.key, req.counter}, value, want).Of(value, wire.RoleFences).Replicated()
+	c := phase2Command(req, value, ts)
 	var timing2 *latencies
 	if timing != nil {
 		timing2 = l.timing()
@@ -183,15 +201,16 @@ func (l *Locker) fence(ctx context.Context, req request, value string, phase1 *q
 	round2 := l.fanOut(ctx, fan{after: phase1, skip: notGranted, timeout: l.opts.NodeTimeout, timing: timing2}, c, readScript)
 	left := until.Sub(l.opts.Clock.Now())
 	if left <= 0 {
-		return 0, true, l.roundError(ctx, "acquire", acquireFencedCommand(req.key, req.counter, value, req.ms), tally, timing) // validity used up in phase 1
+		c1, _, _ := l.acquisition(req, value)
+		return 0, nil, true, l.roundError(ctx, "acquire", c1, tally, timing) // validity used up in phase 1
 	}
 	tally2 := round2.Decide(ctx, min(l.opts.NodeTimeout, left), granted)
 	if !tally2.Won {
 		e := l.roundError(ctx, "acquire", c, tally2, timing2)
 		e.Op = "acquire (fencing phase)"
-		return 0, true, e
+		return 0, nil, true, e
 	}
-	return token, true, nil
+	return token, tokens, true, nil
 }
 
 // errNotGranted is phase 2's answer for a node that did not grant phase 1.

@@ -10,16 +10,17 @@ import (
 
 	"github.com/redlock/redlock/quorum"
 	"github.com/redlock/redlock/redlock/internal/notice"
-	"github.com/redlock/redlock/redlock/internal/wire"
 )
 
 // A Lease is one acquisition of a lock. It is safe for concurrent use;
 // Extend, Unlock and Check on one lease run one at a time.
 type Lease struct {
 	locker *Locker
-	key    string
+	key    string   // the lock's key; a multi-key lease's first
+	multi  []string // a multi-key lease's keys, sorted and distinct (see TryLockMulti); nil for one key
 	value  string
 	token  uint64
+	tokens []uint64 // a multi-key lease's fencing tokens, one per key of multi
 	// acquiredAt is when the acquisition began, on the Locker's clock.
 	acquiredAt time.Time
 	// acquired: the last round that may set the lease's key on a node
@@ -34,8 +35,8 @@ type Lease struct {
 	// (a field, not a local, so that Unlock allocates nothing for it)
 	passed atomic.Int32
 
-	op   sync.Mutex // serializes Extend, Unlock and Check
-	keys []string   // the extend and check scripts' keys (scriptKeys); under op
+	op     sync.Mutex // serializes Extend, Unlock and Check
+	script []string   // the extend and check scripts' keys (scriptKeys); under op
 
 	mu       sync.Mutex
 	holders  *quorum.Round[Outcome] // heldBy, for Holders
@@ -196,9 +197,9 @@ func (l *Lease) usable(op string) error {
 	defer l.mu.Unlock()
 	switch {
 	case l.unlocked:
-		return fmt.Errorf("redlock: %s %q: %w: the lease was unlocked", op, l.key, ErrNotHeld)
+		return fmt.Errorf("redlock: %s %s: %w: the lease was unlocked", op, l.name(), ErrNotHeld)
 	case !l.until.After(l.locker.opts.Clock.Now()):
-		return fmt.Errorf("redlock: %s %q: %w: its validity ran out", op, l.key, ErrNotHeld)
+		return fmt.Errorf("redlock: %s %s: %w: its validity ran out", op, l.name(), ErrNotHeld)
 	}
 	return nil
 }
@@ -238,7 +239,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if lk.opts.NoHeal {
 		heal = "0"
 	}
-	c := wire.ScriptCommand(extendScript, l.scriptKeys(), l.value, req.ms, heal).Of(l.value, wire.RoleExtends).Replicated().GuardedBy()
+	c := l.extendCommand(req.ms, heal)
 	timing := lk.timing()
 	round := lk.fanOut(ctx, fan{after: l.acquired, timeout: lk.opts.NodeTimeout, timing: timing}, c, readScript)
 	l.acquired = round
@@ -383,17 +384,27 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	start := lk.opts.Clock.Now()
 	timing := lk.timing()
 	lk.notices.Expect(l.key, l.value) // this Locker wakes its own waiters: Released below
-	round := lk.release(ctx, l.key, l.value, l.acquired, ttl, timing, nil, &l.passed)
+	for _, k := range l.multi[min(1, len(l.multi)):] {
+		lk.notices.Expect(k, l.value)
+	}
+	round := lk.release(ctx, l.key, l.multi, l.value, l.acquired, ttl, timing, nil, &l.passed)
 	tally := round.Decide(detached, lk.opts.NodeTimeout, granted)
 	// The next Lock waiting here tries at once, unless the release named
 	// another Locker's turn: it then joins the key's line. Named by most
 	// of the nodes that released, not by one: a minority's stale place (a
 	// Locker gone, a line that differs) must not cost this one's waiter a
 	// poll, and the Hub weighs other Lockers' notices alike.
-	lk.turns.Released(l.key, notice.Most(int(l.passed.Load()), tally.Accepted))
+	if l.multi == nil {
+		lk.turns.Released(l.key, notice.Most(int(l.passed.Load()), tally.Accepted))
+	} else {
+		for _, k := range l.multi {
+			lk.turns.Released(k, false) // a multi-key release names no one's turn
+		}
+	}
 	var err error
 	if !tally.Won {
-		err = lk.roundError(detached, "unlock", lk.unlockCommand(l.key, l.value), tally, timing)
+		c, _ := lk.releaseCommand(l.key, l.multi, l.value, true)
+		err = lk.roundError(detached, "unlock", c, tally, timing)
 	}
 	if timing != nil {
 		lk.emit(Event{Op: OpUnlock, Key: l.key, Duration: lk.opts.Clock.Now().Sub(start), Token: l.token, Err: err, Nodes: lk.nodeResultsOf(err, tally, timing)})
@@ -422,7 +433,7 @@ func (l *Lease) Check(ctx context.Context) error {
 		return err
 	}
 	lk := l.locker
-	c := wire.ScriptCommand(checkScript, l.scriptKeys(), l.value).GuardedBy()
+	c := l.checkCommand()
 	start := lk.opts.Clock.Now()
 	timing := lk.timing()
 	round := lk.fanOut(ctx, fan{timeout: lk.opts.NodeTimeout, timing: timing}, c, readScript)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	mathrand "math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,7 @@ type Locker struct {
 	turns    waitq.Queues // Lock calls waiting for each key, in order
 	notices  *notice.Hub  // release notices for the keys Lock waits for (nil: Options.NoWakeUps)
 	id       string       // this Locker in the keys' lines of waiting Lockers (see joinLine)
+	servers  []string     // the nodes' identities, sorted: what a Handle is bound to
 	durable  durableCheck
 	// pipelined: some node has a pipeline, which shares a round's command
 	// in its wire form (wire.Command.Bind)
@@ -66,7 +68,9 @@ func New(nodes []Node, opts *Options) (*Locker, error) {
 	l := &Locker{nodes: ns, opts: o, bound: o.bound(), id: newValue("")}
 	for _, n := range ns {
 		l.pipelined = l.pipelined || n.pipelined
+		l.servers = append(l.servers, n.identity)
 	}
+	slices.Sort(l.servers)
 	if !o.NoWakeUps {
 		l.notices = newNotices(ns, &l.turns, o.NodeTimeout, l.id)
 		// A client that unlocks and locks again within a poll, after its
@@ -391,10 +395,14 @@ type request struct {
 	yield   bool
 	yielded int
 	key     string
-	counter string        // the fencing counter's key, with Options.Fencing
-	granted time.Duration // the lease the server grants: ttl rounded down to ms
-	ms      int64         // granted in milliseconds, as sent in PX
-	budget  time.Duration // granted minus the drift allowance: the most validity possible
+	counter string // the fencing counter's key, with Options.Fencing
+	// multi: a multi-key lease's keys, sorted and distinct (key is the
+	// first); counters, with Options.Fencing, their fencing counters
+	multi    []string
+	counters []string
+	granted  time.Duration // the lease the server grants: ttl rounded down to ms
+	ms       int64         // granted in milliseconds, as sent in PX
+	budget   time.Duration // granted minus the drift allowance: the most validity possible
 }
 
 func (l *Locker) request(ctx context.Context, op, key string, ttl time.Duration) (request, error) {
@@ -438,13 +446,8 @@ func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error
 		start = l.opts.Clock.Now()
 	}
 	value := newValue(l.opts.Owner)
-	earlier := l.releases.snapshot(req.key)
-	c, read := acquireCommand(req.key, value, req.ms), readAcquire
-	var counters []uint64 // phase-1 fencing counters; counters[i] is written by node i's reply
-	if req.counter != "" {
-		counters = make([]uint64, len(l.nodes))
-		c, read = acquireFencedCommand(req.key, req.counter, value, req.ms), readFenced
-	}
+	earlier := l.earlierReleases(req)
+	c, read, counters := l.acquisition(req, value) // counters: phase 1's fencing counters, per node and key, filled in by the replies
 	timing := l.timing()
 	decide, contended, stop := l.yielding(ctx, req, start)
 	round := l.fanOut(ctx, fan{earlier: earlier, timeout: l.opts.NodeTimeout, value: value, counters: counters, timing: timing, contended: contended}, c, read)
@@ -453,13 +456,14 @@ func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error
 	stop()
 	until := start.Add(req.budget - l.fastClocks(tally, req.granted))
 	var token uint64
+	var tokens []uint64 // a multi-key lease's, one per key
 	var err error
 	phase2 := false
 	if tally.Won && counters != nil {
-		token, phase2, err = l.fence(ctx, req, value, round, tally, counters, until, timing)
+		token, tokens, phase2, err = l.fence(ctx, req, value, round, tally, counters, until, timing)
 	}
 	if now := l.opts.Clock.Now(); err == nil && tally.Won && until.After(now) {
-		lease := &Lease{locker: l, key: req.key, value: value, token: token, acquiredAt: start, acquired: round, heldBy: round, holders: round, ttl: req.granted, until: until}
+		lease := &Lease{locker: l, key: req.key, multi: req.multi, value: value, token: token, tokens: tokens, acquiredAt: start, acquired: round, heldBy: round, holders: round, ttl: req.granted, until: until}
 		if timing != nil {
 			e := Event{Op: OpAcquire, Key: req.key, Attempt: n, Duration: now.Sub(start), Token: token, Validity: until.Sub(now), Nodes: l.resultsInto(timing.eventNodes(len(tally.Votes)), tally, timing, nil)}
 			if counters != nil {
@@ -477,7 +481,7 @@ func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error
 	if timing != nil {
 		releaseTiming = l.timing()
 	}
-	released := l.release(ctx, req.key, value, round, req.granted, releaseTiming, refusedIn(round), nil)
+	released := l.release(ctx, req.key, req.multi, value, round, req.granted, releaseTiming, refusedIn(round), nil)
 	if timing != nil {
 		// Before waiting for the granted nodes: the release's report
 		// must be counted in flight (Drain) before this attempt returns.
@@ -545,12 +549,9 @@ func (l *Locker) waitGranted(round *quorum.Round[Outcome], tally quorum.Tally[Ou
 // passed is nil for a failed attempt's release; for a lease's Unlock it
 // counts the nodes whose release named another Locker's turn: the script
 // then publishes the release to the key's waiters (see package notice).
-func (l *Locker) release(ctx context.Context, key, value string, acquired *quorum.Round[Outcome], ttl time.Duration, timing *latencies, skip func(int) error, passed *atomic.Int32) *quorum.Round[Outcome] {
-	f := fan{after: acquired, skip: skip, timeout: max(ttl, l.opts.NodeTimeout), release: key, timing: timing, passed: passed}
-	c, read := wire.ScriptCommand(releaseScript, []string{key}, value), readScript
-	if passed != nil {
-		c, read = l.unlockCommand(key, value), readRelease
-	}
+func (l *Locker) release(ctx context.Context, key string, multi []string, value string, acquired *quorum.Round[Outcome], ttl time.Duration, timing *latencies, skip func(int) error, passed *atomic.Int32) *quorum.Round[Outcome] {
+	f := fan{after: acquired, skip: skip, timeout: max(ttl, l.opts.NodeTimeout), release: key, releaseAll: multi, timing: timing, passed: passed}
+	c, read := l.releaseCommand(key, multi, value, passed != nil)
 	return l.fanOut(context.WithoutCancel(ctx), f, c.Of(value, wire.RoleReleases), read)
 }
 

@@ -69,8 +69,12 @@ type node struct {
 	Node
 	index int
 	name  string
-	label uint64    // the low bits of the fencing tokens it owns (see labelNodes)
-	link  wire.Link // the node's transport: its auto-pipeline, or the direct transport
+	label uint64 // the low bits of the fencing tokens it owns (see labelNodes)
+	// identity names the server alike in every process: its network and
+	// address, or for a node that reports none its place in the list
+	// (see labelNodes; Handle binds to it)
+	identity string
+	link     wire.Link // the node's transport: its auto-pipeline, or the direct transport
 	// pipelined: link is a pipeline, which keeps order per key itself.
 	pipelined bool
 	guard     *guard.Guard // nil: Options.NoQuarantine
@@ -132,6 +136,9 @@ func newNodes(nodes []Node, o *Options, w *wire.Wait) ([]node, error) {
 		}
 	}
 	labelNodes(out, identities)
+	for i := range out {
+		out[i].identity = identities[i]
+	}
 	return out, nil
 }
 

@@ -95,6 +95,8 @@ const (
 	// Of is the round's operation; Nodes lists only those nodes.
 	// Background.
 	OpLateFailure
+	// OpResume is Locker.Resume: a lease taken over from a Handle.
+	OpResume
 )
 
 var opNames = [...]string{
@@ -110,6 +112,7 @@ var opNames = [...]string{
 	OpQuarantineEnd: "quarantine end",
 	OpClockAlarm:    "clock alarm",
 	OpLateFailure:   "late failure",
+	OpResume:        "resume",
 }
 
 func (o Op) String() string {

@@ -59,6 +59,20 @@ func (r *releases) start(key string, i, nodes int) (finish func()) {
 	}
 }
 
+// startAll records a release of every key of a multi-key lease on node i
+// (see start).
+func (r *releases) startAll(keys []string, i, nodes int) (finish func()) {
+	finishes := make([]func(), len(keys))
+	for k, key := range keys {
+		finishes[k] = r.start(key, i, nodes)
+	}
+	return func() {
+		for _, f := range finishes {
+			f()
+		}
+	}
+}
+
 // snapshot returns, per node, the latest release of key in flight now (nil
 // where there is none).
 func (r *releases) snapshot(key string) []chan struct{} {

@@ -179,16 +179,44 @@ func readRevoke(b *ballot, i int, cmd *redis.Cmd) (Outcome, error) {
 }
 
 // scriptKeys are the keys the extend and check scripts read: the lease's
-// key and, where the key can carry a hash tag, its revocation tombstone.
-// Computed once per lease; l.op is held.
+// key and, where the key can carry a hash tag, its revocation tombstone; a
+// multi-key lease's keys and then their tombstones. Computed once per
+// lease; l.op is held.
 func (l *Lease) scriptKeys() []string {
-	if l.keys == nil {
-		l.keys = []string{l.key}
+	if l.script == nil {
+		if l.multi != nil {
+			l.script = multiScriptKeys(l.multi)
+			return l.script
+		}
+		l.script = []string{l.key}
 		if tomb, err := tombstoneKey(l.key); err == nil {
-			l.keys = append(l.keys, tomb)
+			l.script = append(l.script, tomb)
 		}
 	}
-	return l.keys
+	return l.script
+}
+
+// extendCommand is the lease's extension to ms milliseconds, healing
+// missing keys with heal "1". l.op is held.
+func (l *Lease) extendCommand(ms int64, heal string) wire.Command {
+	var c wire.Command
+	if l.multi == nil {
+		c = wire.ScriptCommand(extendScript, l.scriptKeys(), l.value, ms, heal)
+	} else {
+		c = wire.ScriptCommand(extendMultiScript, l.scriptKeys(), l.value, ms, heal, len(l.multi))
+		c.OrderKeys = uint8(len(l.multi))
+	}
+	return c.Of(l.value, wire.RoleExtends).Replicated().GuardedBy()
+}
+
+// checkCommand is the lease's check. l.op is held.
+func (l *Lease) checkCommand() wire.Command {
+	if l.multi == nil {
+		return wire.ScriptCommand(checkScript, l.scriptKeys(), l.value).GuardedBy()
+	}
+	c := wire.ScriptCommand(checkMultiScript, l.scriptKeys(), l.value, len(l.multi)).GuardedBy()
+	c.OrderKeys = uint8(len(l.multi))
+	return c
 }
 
 // singleKey gives s its single-key form (wire.Script.SingleKey).

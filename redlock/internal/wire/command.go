@@ -61,6 +61,9 @@ type Command struct {
 	// Guarded: the transport's Rider (the node guard) judges its reply.
 	// Acquisitions, extensions and checks.
 	Guarded bool
+	// OrderKeys is how many of Keys, from the first, the command keeps its
+	// order against (a multi-key lease's keys); 0: Key alone.
+	OrderKeys uint8
 	// Command stays within 128 bytes: the direct transport's go statement
 	// copies it into the goroutine; a larger one costs an allocation more
 	// per call.

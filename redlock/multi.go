@@ -1,0 +1,432 @@
+package redlock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock/redlock/internal/hashtag"
+	"github.com/redlock/redlock/redlock/internal/wire"
+)
+
+// Leases over several keys (TryLockMulti, LockMulti).
+//
+// A transfer between two accounts needs both locked. Two locks taken one
+// after the other cost two rounds, and two callers that name them in
+// opposite orders can each hold one and wait for the other. A multi-key
+// lease is one acquisition: on each node one script sets every key, or
+// none if another value holds any of them (acquire_multi.lua), so a node
+// grants the whole set or nothing, and the Redlock vote runs over those
+// grants exactly as for one key (validity: TTL less the elapsed time and
+// the drift allowance). Keys are de-duplicated and sorted: {a,b} and {b,a}
+// are the same lease, and two callers naming them in either order contend
+// for it like two callers of one key. Neither can hold a part: there is no
+// partial lease, so there is no deadlock to wait in.
+//
+// The lease is released, extended and checked as a whole (release_multi,
+// extend_multi, check_multi: all or nothing for the writes). With
+// Options.Fencing each key gets its own token from its own counter
+// (Lease.TokenOf), the same counters single-key leases of those keys use:
+// a resource guarded by key a's tokens sees them grow across single-key
+// leases of a and multi-key leases that include a. One token for the set
+// would need a counter of its own, which orders nothing against the
+// single-key leases of its keys.
+
+// MaxMultiKeys is the most distinct keys one lease may cover.
+const MaxMultiKeys = 64
+
+// The multi-key scripts (see above).
+var (
+	//go:embed scripts/acquire_multi.lua
+	acquireMultiLua    string
+	acquireMultiScript = wire.NewScript("multi-key acquire", "GET, SET, INCR", acquireMultiLua)
+
+	//go:embed scripts/release_multi.lua
+	releaseMultiLua    string
+	releaseMultiScript = wire.NewScript("multi-key release", "GET, DEL", releaseMultiLua)
+
+	//go:embed scripts/extend_multi.lua
+	extendMultiLua    string
+	extendMultiScript = singleKey(wire.NewScript("multi-key extend", "GET, PEXPIRE, SET", extendMultiLua), extendMultiWithoutTombstones)
+
+	//go:embed scripts/check_multi.lua
+	checkMultiLua    string
+	checkMultiScript = singleKey(wire.NewScript("multi-key check", "GET", checkMultiLua), checkMultiWithoutTombstones)
+
+	//go:embed scripts/fence_multi.lua
+	fenceMultiLua    string
+	fenceMultiScript = wire.NewScript("multi-key fence", "GET, SET", fenceMultiLua)
+)
+
+// TryLockMulti makes one attempt to acquire one lease over every key in
+// keys, for ttl: on each node all of them or none. It returns the lease, or
+// an error as TryLock's (errors.Is(err, ErrNotObtained) when another holder
+// has any of the keys). Keys are de-duplicated and their order does not
+// matter; at most MaxMultiKeys. On a Redis Cluster node
+// (*redis.ClusterClient) the keys must share a hash slot (give them one
+// {tag}), and every key must be able to carry one (no '}' without a
+// {tag}). One distinct key makes an ordinary single-key lease.
+//
+// The lease's Key is the first of its keys in sorted order, Keys all of
+// them; Extend, Check and Unlock act on all of them together.
+func (l *Locker) TryLockMulti(ctx context.Context, keys []string, ttl time.Duration) (*Lease, error) {
+	if l == nil {
+		return nil, errors.New("redlock: TryLockMulti on a nil *Locker")
+	}
+	req, err := l.multiRequest(ctx, "acquire", keys, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return l.attempt(ctx, req, 1)
+}
+
+// LockMulti acquires one lease over keys for ttl (see TryLockMulti), trying
+// again until it wins or ctx ends, as Lock does. It does not queue behind
+// this Locker's Lock calls nor join the keys' lines (a multi-key lease
+// takes no turns): between attempts it waits a random delay in
+// [RetryDelay, RetryDelay+RetryJitter), longer while its attempts split
+// the nodes with other contenders, and its attempts stop waiting for slow
+// nodes once one refused (as Lock's do). Give ctx a deadline to bound the
+// wait.
+func (l *Locker) LockMulti(ctx context.Context, keys []string, ttl time.Duration) (*Lease, error) {
+	if l == nil {
+		return nil, errors.New("redlock: LockMulti on a nil *Locker")
+	}
+	req, err := l.multiRequest(ctx, "acquire", keys, ttl)
+	if err != nil {
+		return nil, err
+	}
+	req.yield = true
+	var decided error
+	attempts, split := 0, 0
+	for {
+		attempts++
+		lease, err := l.attempt(ctx, req, attempts)
+		if err == nil {
+			return lease, nil
+		}
+		if errors.Is(err, ErrNotDurable) {
+			return nil, err
+		}
+		if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
+			decided = err
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		if errors.Is(err, errNotWaitedFor) {
+			req.yielded++
+		} else {
+			req.yielded = 0
+		}
+		if q, ok := err.(*QuorumError); ok && q.Granted > 0 {
+			split++
+		} else {
+			split = 0
+		}
+		timer := time.NewTimer(l.retryWait() + l.splitBackoff(split))
+		select {
+		case <-timer.C:
+			continue
+		case <-ctx.Done():
+			timer.Stop()
+		}
+		break
+	}
+	name := req.describe()
+	if decided == nil {
+		return nil, fmt.Errorf("redlock: lock %s: %w", name, contextError(ctx))
+	}
+	return nil, fmt.Errorf("redlock: lock %s: gave up after %d attempts: %w; last decided attempt: %w", name, attempts, contextError(ctx), decided)
+}
+
+// multiRequest validates a multi-key acquisition: the keys de-duplicated
+// and sorted, each a valid key that can carry a hash tag (its tombstone,
+// and with fencing its counter, must share its slot), one slot for all on
+// a Redis Cluster node. One distinct key makes an ordinary request.
+func (l *Locker) multiRequest(ctx context.Context, op string, keys []string, ttl time.Duration) (request, error) {
+	if ctx == nil {
+		return request{}, fmt.Errorf("redlock: %s: nil context", op)
+	}
+	if len(keys) == 0 {
+		return request{}, fmt.Errorf("redlock: %s: no keys", op)
+	}
+	sorted := slices.Compact(slices.Sorted(slices.Values(keys)))
+	if len(sorted) == 1 {
+		return l.request(ctx, op, sorted[0], ttl)
+	}
+	if len(sorted) > MaxMultiKeys {
+		return request{}, fmt.Errorf("redlock: %s: %d distinct keys: a lease covers at most MaxMultiKeys (%d)", op, len(sorted), MaxMultiKeys)
+	}
+	for _, k := range sorted {
+		if err := checkKey(ctx, op, k); err != nil {
+			return request{}, err
+		}
+		if _, _, err := auxiliaryKeys(k); err != nil {
+			return request{}, fmt.Errorf("redlock: %s %q: a multi-key lease's keys need hash tags: %w", op, k, err)
+		}
+	}
+	if err := l.checkSlots(op, sorted); err != nil {
+		return request{}, err
+	}
+	req, err := l.request(ctx, op, sorted[0], ttl)
+	if err != nil {
+		return request{}, err
+	}
+	req.multi = sorted
+	req.counter = ""
+	if l.opts.Fencing && op == "acquire" {
+		req.counters = make([]string, len(sorted))
+		for i, k := range sorted {
+			req.counters[i], _ = counterKey(k) // checked above
+		}
+	}
+	return req, nil
+}
+
+// checkSlots refuses keys that a node cannot run one script over: on a
+// Redis Cluster node, keys in different hash slots (the cluster would
+// refuse the script with CROSSSLOT on every attempt, or worse, a partial
+// lease would be possible if the keys were sent apart); on a Ring of
+// several shards, any set of keys (a script runs on its first key's shard,
+// where a single-key lease of another key would not look).
+func (l *Locker) checkSlots(op string, keys []string) error {
+	for _, n := range l.nodes {
+		switch c := n.Node.(type) {
+		case *redis.ClusterClient:
+			slot := hashtag.Slot(keys[0])
+			for _, k := range keys[1:] {
+				if s := hashtag.Slot(k); s != slot {
+					return fmt.Errorf("redlock: %s: %s is a Redis Cluster, and keys %q (slot %d) and %q (slot %d) are in different hash slots: give a multi-key lease's keys one {tag}", op, n.name, keys[0], slot, k, s)
+				}
+			}
+		case *redis.Ring:
+			if len(c.Options().Addrs) > 1 {
+				return fmt.Errorf("redlock: %s: %s is a *redis.Ring of %d shards: a multi-key lease needs each node to be one server or a Redis Cluster", op, n.name, len(c.Options().Addrs))
+			}
+		}
+	}
+	return nil
+}
+
+// describe names a request's key or keys for an error.
+func (r request) describe() string {
+	if r.multi == nil {
+		return strconv.Quote(r.key)
+	}
+	return describeKeys(r.multi)
+}
+
+// describeKeys names a multi-key lease's keys for an error: {"a", "b"}.
+func describeKeys(keys []string) string {
+	q := make([]string, len(keys))
+	for i, k := range keys {
+		q[i] = strconv.Quote(k)
+	}
+	return "{" + strings.Join(q, ", ") + "}"
+}
+
+// acquisition is an attempt's command and how its replies are read, with
+// where the phase-1 fencing counters go (nil without fencing): per node,
+// one per key.
+func (l *Locker) acquisition(req request, value string) (wire.Command, reader, []uint64) {
+	switch {
+	case req.multi != nil:
+		n := len(req.multi)
+		keys, argv := req.multi, []any{value, req.ms, n}
+		if req.counters != nil {
+			keys, argv = append(slices.Clip(req.multi), req.counters...), append(argv, "fence")
+		}
+		c := wire.ScriptCommand(acquireMultiScript, keys, argv...).Of(value, wire.RoleSets).Replicated().GuardedBy()
+		c.OrderKeys = uint8(n)
+		if req.counters != nil {
+			return c, readFencedMulti, make([]uint64, len(l.nodes)*n)
+		}
+		return c, readScript, nil
+	case req.counter != "":
+		return acquireFencedCommand(req.key, req.counter, value, req.ms), readFenced, make([]uint64, len(l.nodes))
+	}
+	return acquireCommand(req.key, value, req.ms), readAcquire, nil
+}
+
+// readFencedMulti reads a fenced multi-key acquisition's reply, storing
+// node i's counters in b.counters[i*n:(i+1)*n].
+func readFencedMulti(b *ballot, i int, cmd *redis.Cmd) (Outcome, error) {
+	res, err := cmd.Slice()
+	if err != nil {
+		return Failed, err
+	}
+	n := len(b.counters) / len(b.nodes)
+	if len(res) == 0 {
+		return Failed, fmt.Errorf("redlock: unexpected fencing reply %v", res)
+	}
+	if code, _ := res[0].(int64); code != 1 {
+		return Taken, nil
+	}
+	if len(res) != n+1 {
+		return Failed, fmt.Errorf("redlock: unexpected fencing reply %v", res)
+	}
+	for k := range n {
+		s, _ := res[k+1].(string)
+		c, err := strconv.ParseUint(s, 10, 64)
+		if err != nil || c > maxCounter {
+			return Failed, fmt.Errorf("redlock: fencing counter %q on the node is not usable", s)
+		}
+		b.counters[i*n+k] = c
+	}
+	return Granted, nil
+}
+
+// releaseCommand is the compare-and-delete of a lease's value on key, or
+// on every key of multi (a multi-key lease); notify asks the script to
+// publish the release (a lease's Unlock: see Locker.release).
+func (l *Locker) releaseCommand(key string, multi []string, value string, notify bool) (wire.Command, reader) {
+	switch {
+	case multi != nil:
+		argv := []any{value}
+		if notify {
+			argv = append(argv, notifyArg)
+		}
+		c := wire.ScriptCommand(releaseMultiScript, multi, argv...)
+		c.OrderKeys = uint8(len(multi))
+		return c, readScript
+	case notify:
+		return l.unlockCommand(key, value), readRelease
+	}
+	return wire.ScriptCommand(releaseScript, []string{key}, value), readScript
+}
+
+// multiScriptKeys are a multi-key lease's extend and check keys: its keys,
+// then their revocation tombstones (each key can carry a hash tag:
+// multiRequest checked).
+func multiScriptKeys(keys []string) []string {
+	all := make([]string, 0, 2*len(keys))
+	all = append(all, keys...)
+	for _, k := range keys {
+		tomb, _ := tombstoneKey(k)
+		all = append(all, tomb)
+	}
+	return all
+}
+
+// extendMultiWithoutTombstones is the multi-key extend script's form
+// without tombstones, for a Redis Cluster slot in migration (see
+// extendWithoutTombstone): it never heals.
+func extendMultiWithoutTombstones(c wire.Command) wire.Command {
+	c.Keys = c.Keys[:c.OrderKeys]
+	argv := slices.Clone(c.Argv) // value, milliseconds, heal, n
+	argv[2] = "0"
+	c.Argv = argv
+	return c
+}
+
+// checkMultiWithoutTombstones is the multi-key check script's form without
+// tombstones (see checkWithoutTombstone).
+func checkMultiWithoutTombstones(c wire.Command) wire.Command {
+	c.Keys = c.Keys[:c.OrderKeys]
+	return c
+}
+
+// earlierReleases are this Locker's releases in flight of req's key, or of
+// any of its keys, per node (see releases): for a multi-key request, a node
+// with releases of several of its keys waits for all of them.
+func (l *Locker) earlierReleases(req request) []chan struct{} {
+	if req.multi == nil {
+		return l.releases.snapshot(req.key)
+	}
+	var merged []chan struct{}
+	for _, k := range req.multi {
+		snap := l.releases.snapshot(k)
+		if snap == nil {
+			continue
+		}
+		if merged == nil {
+			merged = snap
+			continue
+		}
+		for i, c := range snap {
+			switch {
+			case c == nil:
+			case merged[i] == nil:
+				merged[i] = c
+			default:
+				merged[i] = allClosed(merged[i], c)
+			}
+		}
+	}
+	return merged
+}
+
+// allClosed returns a channel closed once both a and b are.
+func allClosed(a, b chan struct{}) chan struct{} {
+	both := make(chan struct{})
+	go func() {
+		<-a
+		<-b
+		close(both)
+	}()
+	return both
+}
+
+// Keys returns the lease's keys: the one key of a single-key lease, or
+// every key of a multi-key lease, sorted.
+func (l *Lease) Keys() []string {
+	if l == nil {
+		return nil
+	}
+	if l.multi == nil {
+		return []string{l.key}
+	}
+	return slices.Clone(l.multi)
+}
+
+// TokenOf returns the fencing token of key, one of the lease's keys, or 0
+// (key not among them, or no Options.Fencing). Each key's tokens come from
+// its own counter, which single-key leases of the key share: pass a key's
+// token with every write to what that key protects.
+func (l *Lease) TokenOf(key string) uint64 {
+	if l == nil {
+		return 0
+	}
+	if l.multi == nil {
+		if key == l.key {
+			return l.token
+		}
+		return 0
+	}
+	if i, found := slices.BinarySearch(l.multi, key); found && l.tokens != nil {
+		return l.tokens[i]
+	}
+	return 0
+}
+
+// name is the lease's key, or keys, for an error.
+func (l *Lease) name() string {
+	if l.multi == nil {
+		return strconv.Quote(l.key)
+	}
+	return describeKeys(l.multi)
+}
+
+// phase2Command is fencing phase 2 for req: the counters of its key (or
+// keys) raised to ts while the lease holds them.
+func phase2Command(req request, value string, ts []uint64) wire.Command {
+	if req.multi == nil {
+		return wire.ScriptCommand(fenceScript, []string{req.key, req.counter}, value, strconv.FormatUint(ts[0], 10)).Of(value, wire.RoleFences).Replicated()
+	}
+	argv := make([]any, 0, 1+len(ts))
+	argv = append(argv, value)
+	for _, t := range ts {
+		argv = append(argv, strconv.FormatUint(t, 10))
+	}
+	c := wire.ScriptCommand(fenceMultiScript, append(slices.Clip(req.multi), req.counters...), argv...).Of(value, wire.RoleFences).Replicated()
+	c.OrderKeys = uint8(len(req.multi))
+	return c
+}

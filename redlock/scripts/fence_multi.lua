@@ -1,0 +1,24 @@
+-- Phase 2 of a fenced multi-key acquisition (see fence.lua): KEYS[1..n]
+-- the lease's keys, KEYS[n+1..2n] their fencing counters, ARGV[1] its
+-- value, ARGV[1+i] the token counter t for key i. While every key still
+-- holds the value, each counter lower than its t is raised to it.
+-- Returns 1 if the value is held on every key (whether or not a counter
+-- moved), 0 if a key is missing, -1 if another value holds a key.
+-- Counters are compared by length, then lexically, never as Lua doubles.
+local n = #KEYS / 2
+for i = 1, n do
+	local held = redis.call("GET", KEYS[i])
+	if held == false then
+		return 0
+	elseif held ~= ARGV[1] then
+		return -1
+	end
+end
+for i = 1, n do
+	local cur = redis.call("GET", KEYS[n + i]) or "0"
+	local want = ARGV[1 + i]
+	if #cur < #want or (#cur == #want and cur < want) then
+		redis.call("SET", KEYS[n + i], want)
+	end
+end
+return 1
