@@ -188,7 +188,7 @@ func (o *Observer) Observe(e redlock.Event) {
 	ctx := context.Background()
 	outcome := outcomeOf(e)
 	switch e.Op {
-	case redlock.OpAcquire, redlock.OpExtend, redlock.OpUnlock, redlock.OpCheck, redlock.OpRevoke, redlock.OpRelease:
+	case redlock.OpAcquire, redlock.OpExtend, redlock.OpUnlock, redlock.OpCheck, redlock.OpRevoke, redlock.OpRelease, redlock.OpResume:
 		if int(e.Op) < len(o.durationSets) {
 			o.duration.Record(ctx, e.Duration.Seconds(), o.durationSets[e.Op][outcome:outcome+1]...)
 		}

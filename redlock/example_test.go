@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -169,4 +170,85 @@ func ExampleLocker_Inspect() {
 	// holder: web-3:pid-812 for about 30s: true
 	// revoked: 1 <nil>
 	// holder's extension: true
+}
+
+// A transfer locks both accounts in one lease: on each node both keys or
+// neither, so two transfers naming them in opposite orders cannot deadlock.
+func ExampleLocker_TryLockMulti() {
+	var nodes []redlock.Node
+	for range 3 {
+		srv, _ := miniredis.Run()
+		defer srv.Close()
+		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: srv.Addr()}))
+	}
+	locker, _ := redlock.New(nodes, &redlock.Options{NodeTimeout: time.Second, Fencing: true, NoQuarantine: true})
+	ctx := context.Background()
+
+	lease, err := locker.TryLockMulti(ctx, []string{"acct:2", "acct:1"}, 10*time.Second)
+	if err != nil {
+		fmt.Println("not locked:", err)
+		return
+	}
+	fmt.Println("keys:", lease.Keys())
+	fmt.Println("a token per key:", lease.TokenOf("acct:1") > 0 && lease.TokenOf("acct:2") > 0)
+
+	// The reverse order names the same lease: contention, not a deadlock.
+	_, err = locker.TryLockMulti(ctx, []string{"acct:1", "acct:2"}, 10*time.Second)
+	fmt.Println("contended:", errors.Is(err, redlock.ErrNotObtained))
+	fmt.Println("unlock:", lease.Unlock(ctx))
+	// Output:
+	// keys: [acct:1 acct:2]
+	// a token per key: true
+	// contended: true
+	// unlock: <nil>
+}
+
+// A job runner acquires and hands the lease to a worker: the handle crosses
+// as JSON, and the worker's Locker learns from the nodes how long it has.
+func ExampleLocker_Resume() {
+	var addrs []string
+	for range 3 {
+		srv, _ := miniredis.Run()
+		defer srv.Close()
+		addrs = append(addrs, srv.Addr())
+	}
+	newLocker := func() *redlock.Locker { // each process has its own clients
+		var nodes []redlock.Node
+		for _, a := range addrs {
+			nodes = append(nodes, redis.NewClient(&redis.Options{Addr: a}))
+		}
+		l, _ := redlock.New(nodes, &redlock.Options{NodeTimeout: time.Second, NoQuarantine: true})
+		return l
+	}
+	ctx := context.Background()
+
+	// The runner.
+	lease, err := newLocker().TryLock(ctx, "job:7", 30*time.Second)
+	if err != nil {
+		fmt.Println("not locked:", err)
+		return
+	}
+	handle, _ := json.Marshal(lease.Handle())
+
+	// The worker.
+	var h redlock.Handle
+	_ = json.Unmarshal(handle, &h)
+	worker := newLocker()
+	resumed, err := worker.Resume(ctx, h)
+	if err != nil {
+		fmt.Println("not resumed:", err)
+		return
+	}
+	fmt.Println("resumed with validity left:", resumed.Validity() > 25*time.Second)
+	fmt.Println("extend:", resumed.Extend(ctx, 30*time.Second))
+	fmt.Println("unlock:", resumed.Unlock(ctx))
+
+	// A handle of a released lease is stale.
+	_, err = worker.Resume(ctx, h)
+	fmt.Println("stale:", errors.Is(err, redlock.ErrNotHeld))
+	// Output:
+	// resumed with validity left: true
+	// extend: <nil>
+	// unlock: <nil>
+	// stale: true
 }
