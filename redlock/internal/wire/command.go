@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -46,7 +47,7 @@ func NewScript(name, calls, src string) *Script {
 // Command is what the coordinator sends to one node: a plain command, or a
 // script with its keys and arguments.
 type Command struct {
-	Key string // the first key, whose order the pipeline keeps
+	Key string // the first key, whose order the pipeline keeps (see OrderKeys)
 	// Args are a plain command's arguments; for a script, its wire form
 	// (EVALSHA) once Bound, nil before.
 	Args   []any
@@ -62,11 +63,15 @@ type Command struct {
 	// Acquisitions, extensions and checks.
 	Guarded bool
 	// OrderKeys is how many of Keys, from the first, the command keeps its
-	// order against (a multi-key lease's keys); 0: Key alone.
+	// order against: a multi-key lease's lock keys, which it must not
+	// overtake on any of them (its script's other keys, such as tombstones
+	// or counters, are not ordered). 0 means Key alone, as for every
+	// single-key command. The coordinator keeps it within len(Keys).
 	OrderKeys uint8
 	// Command stays within 128 bytes: the direct transport's go statement
 	// copies it into the goroutine; a larger one costs an allocation more
-	// per call.
+	// per call. (It is 120: OrderKeys sits in the padding after the bools;
+	// TestSizesKeepTheirBounds checks it.)
 }
 
 // Role tells the pipeline which commands of one lease may be withdrawn
@@ -103,6 +108,27 @@ func (c Command) Replicated() Command {
 func (c Command) GuardedBy() Command {
 	c.Guarded = true
 	return c
+}
+
+// Across marks c as ordered against its first n keys (see OrderKeys): a
+// multi-key lease's command, whose first n keys are its lock keys. It
+// panics if c has fewer than n keys, or n does not fit OrderKeys: a
+// coordinator's mistake, caught where the command is built.
+func (c Command) Across(n int) Command {
+	if n < 0 || n > len(c.Keys) || n > math.MaxUint8 {
+		panic(fmt.Sprintf("wire: a command ordered against %d of its %d keys", n, len(c.Keys)))
+	}
+	c.OrderKeys = uint8(n)
+	return c
+}
+
+// OrderedBy returns the keys c keeps its order against, Key first; nil
+// when it is Key alone (OrderKeys 0).
+func (c Command) OrderedBy() []string {
+	if c.OrderKeys == 0 {
+		return nil
+	}
+	return c.Keys[:c.OrderKeys]
 }
 
 // Bind computes c's wire form once, so that every node's pipeline shares

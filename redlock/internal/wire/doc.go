@@ -10,7 +10,8 @@
 // # The contract
 //
 //   - A Command is what goes to one node: a plain command or a Script,
-//     with the key whose order it keeps, the lease it acts for and its Role
+//     with the keys whose order it keeps (Key, or the first OrderKeys of a
+//     multi-key lease's Keys), the lease it acts for and its Role
 //     (which commands of a lease a release may withdraw unsent, and which
 //     run again after the commands before them). Bind computes its wire
 //     form once for every node.
@@ -33,10 +34,15 @@
 // # The invariants
 //
 // Order per key: commands on one key reach the node in the order they
-// were submitted to its Pipeline. A release is the last word of its lease
-// on the node: once it ran, or was taken as done (withdrawn with the SET it
-// follows), no command of that lease sets its key there again, however
-// commands are queued, withdrawn and run again (Pipeline states how;
+// were submitted to its Pipeline, and a command that names several keys
+// (OrderKeys: a multi-key lease's) is ordered so against each of them,
+// against other such commands and single-key commands on any of them
+// alike. The Direct keeps no order itself: the coordinator names in
+// Send.After and Send.Await what a call must not overtake, on each key it
+// names. A release is the last word of its lease on the node: once it
+// ran, or was taken as done (withdrawn with the SET it follows), no
+// command of that lease sets its key there again, however commands are
+// queued, withdrawn and run again (Pipeline states how;
 // TestPipelineReleaseIsLastUnderRandomSchedules checks it under random
 // schedules). Every command the coordinator sends may run twice (a rerun
 // after NOSCRIPT or an error read raw): each is idempotent.

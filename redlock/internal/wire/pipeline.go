@@ -27,7 +27,11 @@ import (
 //     were queued: while a batch holding a key is in flight, later commands
 //     on that key wait for it. So a release queued after its SET follows it,
 //     and an acquisition queued after a release of the same key follows
-//     that. No call needs to wait for another before it is queued.
+//     that. No call needs to wait for another before it is queued. A
+//     command that names several keys (Command.OrderKeys: a multi-key
+//     lease's script) is ordered against each of them: it waits while any
+//     is held, and a later command on any of them waits behind it, even
+//     while the others are free (see take).
 //   - No head-of-line wait on slow links. Commands queue behind a batch in
 //     flight, which is what makes batches deep on a fast link; but where
 //     batches take milliseconds to come back (farRTT), a command that has
@@ -40,9 +44,11 @@ import (
 //     scripts answers EVALSHA with NOSCRIPT; commands behind it in the same
 //     batch have run by then. So from the first NOSCRIPT on a key, that
 //     command and every later one on the key in the batch run again, in
-//     order, before the key is let go (scripts as EVAL). Every command the
-//     coordinator sends may run twice: SET NX with a unique value, the
-//     scripts' compare-and-set, and phase 1's retry branch are idempotent.
+//     order, before the key is let go (scripts as EVAL); a command that
+//     names several keys and runs again does so before every later command
+//     on each of them (see runAgain). Every command the coordinator sends
+//     may run twice: SET NX with a unique value, the scripts'
+//     compare-and-set, and phase 1's retry branch are idempotent.
 //   - A bounded queue, and failing fast. A node that stops answering holds
 //     its batches until the client's read timeout. Commands queue behind
 //     them, up to PipelineQueue; once a batch has been in flight for
@@ -109,27 +115,35 @@ type job struct {
 	cmd *redis.Cmd
 	// raw, if set, carries the command instead of cmd, and exec sets its
 	// reply on cmd (see rawreply.go).
-	raw   *redis.RawCmd
-	key   string // the key whose order it keeps
+	raw *redis.RawCmd
+	key string // the first key, whose order it keeps
+	// keys are every key whose order it keeps, key first, where it names
+	// more than one (Command.OrderedBy: a multi-key lease's lock keys);
+	// nil for a command on key alone, so that the common case costs
+	// nothing more.
+	keys  []string
 	lease string // the lease's value, for withdraw
-	role  Role
+	// The one-byte fields sit together, so that a job fits in 160 bytes (a
+	// malloc size class): a sender allocates its batch when it starts, for
+	// a lone caller once per command. TestSizesKeepTheirBounds checks it.
+	role Role
 	// replicate: the batch's WAIT must acknowledge it for a grant to count;
 	// notReplicated is the WAIT's verdict, set before delivery.
-	replicate     bool
-	notReplicated error
+	replicate bool
 	// guarded: the rider's verdict on the batch decides whether its vote
 	// counts; verdict is that verdict, set before delivery.
 	guarded bool
-	verdict error
 	rerun   bool // sent again after NOSCRIPT, in a pipeline of its own
 	// deletedFirst: a release whose first run deleted its value, run again
 	// after the commands before it (see exec): that run's reply (1, or 2
 	// where it also named the next Locker in the key's line), else 0
-	deletedFirst int8
-	timeout      time.Duration // the batch carrying it may take this long
-	src          string        // a script's source, resent with EVAL after NOSCRIPT; "" for other commands
-	to           Receiver
-	node         int
+	deletedFirst  int8
+	notReplicated error
+	verdict       error
+	timeout       time.Duration // the batch carrying it may take this long
+	src           string        // a script's source, resent with EVAL after NOSCRIPT; "" for other commands
+	to            Receiver
+	node          int
 }
 
 // deliver hands j's reply to its receiver.
@@ -167,6 +181,9 @@ func (p *Pipeline[R]) Submit(ctx context.Context, c Command, s Send, to Receiver
 	}
 	wire := c.Wire()
 	j := job{cmd: redis.NewCmd(ctx, wire...), key: c.Key, lease: c.Lease, role: c.Role, replicate: c.Replicate && p.wait != nil, guarded: c.Guarded && p.rider != nil, timeout: s.Timeout, src: c.source(), to: to, node: node}
+	if keys := c.OrderedBy(); len(keys) > 1 {
+		j.keys = keys
+	}
 	if c.ReadsRaw() {
 		j.raw = redis.NewRawCmd(ctx, wire...)
 	}
@@ -219,6 +236,8 @@ func (p *Pipeline[R]) startSender() {
 
 // kicked runs pipelineLinger after a command was queued behind busy senders:
 // if commands are still waiting that a new sender could take, it starts one.
+// It asks as take would (a sender that would take nothing would only end),
+// for a sender whose id no sender has.
 func (p *Pipeline[R]) kicked() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -226,10 +245,15 @@ func (p *Pipeline[R]) kicked() {
 	if p.senders >= maxSenders || p.stalled() {
 		return
 	}
+	var kept map[string]bool // as in take
 	for i := range p.queue {
-		if _, held := p.busy[p.queue[i].key]; !held {
+		j := &p.queue[i]
+		if !p.heldElsewhere(0, j) && !j.names(kept) {
 			p.startSender()
 			return
+		}
+		if j.keys != nil {
+			kept = j.addTo(kept)
 		}
 	}
 }
@@ -240,6 +264,11 @@ func (p *Pipeline[R]) kicked() {
 // then it fails, unsent, every queued command of the lease on key (SET,
 // fencing phase 2, extensions). Their rounds were decided before the
 // release began. p.mu is held.
+//
+// key is a job's first key. That is enough for a multi-key lease too: all
+// its commands on a node name the same first key and carry the same value,
+// and each is ordered against that key, so that what holds for a
+// single-key lease holds for it.
 func (p *Pipeline[R]) withdraw(key, value string) (set bool) {
 	for _, j := range p.queue {
 		if j.key == key && j.lease == value && j.role == RoleSets {
@@ -317,29 +346,45 @@ func (p *Pipeline[R]) send(id int64) {
 	}
 }
 
-// take moves to batch, in order and up to batchMax, the queued commands whose
-// key no other sender holds, and holds their keys for sender id. When it
-// takes nothing the sender ends: it returns nil and counts the sender out.
+// take moves to batch, in order and up to batchMax, the queued commands none
+// of whose keys another sender holds, and holds their keys for sender id.
+// When it takes nothing the sender ends: it returns nil and counts the
+// sender out.
+//
+// A command left in the queue must keep every later one on its keys behind
+// it. A command on one key is left when its key is held by another sender,
+// or is in kept (below), and either leaves every later command on that key
+// too; once the batch is full, everything after is left. But a multi-key
+// command may be left for one of its keys while the others are free: so
+// the keys of those left are gathered in kept, a set made only when one
+// is, and a later command naming any of them is left too.
 func (p *Pipeline[R]) take(id int64, batch []job) []job {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	kept := p.queue[:0]
+	queue := p.queue[:0]
+	var kept map[string]bool // the keys of multi-key commands left in the queue
 	for _, j := range p.queue {
-		owner, held := p.busy[j.key]
-		if len(batch) == batchMax || held && owner != id {
-			kept = append(kept, j)
+		if len(batch) == batchMax || p.heldElsewhere(id, &j) || j.names(kept) {
+			queue = append(queue, j)
+			if j.keys != nil && len(batch) < batchMax {
+				kept = j.addTo(kept)
+			}
 			continue
 		}
-		if !held {
-			if p.busy == nil {
-				p.busy = make(map[string]int64)
-			}
+		if p.busy == nil {
+			p.busy = make(map[string]int64)
+		}
+		if j.keys == nil {
 			p.busy[j.key] = id
+		} else {
+			for _, k := range j.keys {
+				p.busy[k] = id
+			}
 		}
 		batch = append(batch, j)
 	}
-	clear(p.queue[len(kept):])
-	p.queue = kept
+	clear(p.queue[len(queue):])
+	p.queue = queue
 	if len(batch) == 0 {
 		p.senders--
 		return nil
@@ -359,10 +404,64 @@ func (p *Pipeline[R]) unhold(id int64, batch []job) {
 	p.rtt += (time.Since(p.sending[id]) - p.rtt) / 8
 	delete(p.sending, id)
 	for i := range batch {
-		if p.busy[batch[i].key] == id {
-			delete(p.busy, batch[i].key)
+		if j := &batch[i]; j.keys == nil {
+			p.unholdKey(id, j.key)
+		} else {
+			for _, k := range j.keys {
+				p.unholdKey(id, k)
+			}
 		}
 	}
+}
+
+// unholdKey lets go of key if sender id holds it. p.mu is held.
+func (p *Pipeline[R]) unholdKey(id int64, key string) {
+	if p.busy[key] == id {
+		delete(p.busy, key)
+	}
+}
+
+// heldElsewhere reports whether a sender other than id holds a key whose
+// order j keeps. p.mu is held.
+func (p *Pipeline[R]) heldElsewhere(id int64, j *job) bool {
+	if j.keys == nil {
+		owner, held := p.busy[j.key]
+		return held && owner != id
+	}
+	for _, k := range j.keys {
+		if owner, held := p.busy[k]; held && owner != id {
+			return true
+		}
+	}
+	return false
+}
+
+// names reports whether set holds a key whose order j keeps.
+func (j *job) names(set map[string]bool) bool {
+	if j.keys == nil {
+		return set[j.key]
+	}
+	for _, k := range j.keys {
+		if set[k] {
+			return true
+		}
+	}
+	return false
+}
+
+// addTo adds to set, made if nil, every key whose order j keeps, and
+// returns it.
+func (j *job) addTo(set map[string]bool) map[string]bool {
+	if set == nil {
+		set = make(map[string]bool, max(len(j.keys), 1))
+	}
+	if j.keys == nil {
+		set[j.key] = true
+	}
+	for _, k := range j.keys {
+		set[k] = true
+	}
+	return set
 }
 
 // exec sends batch as one pipeline and delivers every reply. Its context
@@ -469,22 +568,24 @@ func (p *Pipeline[R]) sendBatch(ctx context.Context, batch []job) batchTrip[R] {
 // behind it on the same key have run out of order (a release before its
 // own SET, which would then stay for its TTL). So that command and every
 // later one on its key run again, in order, while the batch still holds the
-// key. An error reply read raw goes again the same way, as a plain command
-// that go-redis reads (see rawreply.go), and so does a READONLY (see
-// runsAgain). With waited, a second WAIT follows the reruns; it is
+// key. A command that names several keys runs again if any of them is to,
+// and then every later command on any of them runs again too: it may have
+// run before it. An error reply read raw goes again the same way, as a
+// plain command that go-redis reads (see rawreply.go), and so does a
+// READONLY (see runsAgain). With waited, a second WAIT follows the reruns; it is
 // returned. reran reports whether anything ran again.
 func (p *Pipeline[R]) runAgain(ctx context.Context, batch []job, waited bool) (waitAgain *redis.Cmd, reran bool) {
 	var again redis.Pipeliner
 	var redo map[string]bool // keys whose remaining commands run again
 	for i := range batch {
 		j := &batch[i]
-		if !redo[j.key] && !runsAgain(j) {
+		if !j.names(redo) && !runsAgain(j) {
 			continue
 		}
 		if again == nil {
-			again, redo = p.client.Pipeline(), map[string]bool{}
+			again = p.client.Pipeline()
 		}
-		redo[j.key] = true
+		redo = j.addTo(redo)
 		// A release runs again too, after the commands before it on its
 		// key (an extension that heals would otherwise set the key again
 		// after it: see the invariant at Pipeline). If it had deleted its
