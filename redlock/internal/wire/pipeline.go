@@ -295,10 +295,6 @@ func (p *Pipeline[R]) withdraw(key, value string) (set bool) {
 	return true
 }
 
-// errWithdrawn is the error of an acquisition's command that its own release
-// withdrew before it was sent.
-var errWithdrawn = errors.New("redlock: withdrawn unsent: released before it reached the node")
-
 // stalled reports whether a batch has been in flight for stallAfter. If so,
 // it fails the queued commands: they were never sent, and sending them once
 // the node wakes up would only replay stale work. p.mu is held.
@@ -648,7 +644,6 @@ type batchPipe struct {
 	cmds []redis.Cmder
 }
 
-// batchPipe returns a pipeline to send one batch on, empty.
 // runsAgain reports whether j's command goes again after its batch: a
 // script that met NOSCRIPT, an error reply read raw, or READONLY (a
 // demoted primary on a connection opened before its failover). go-redis
@@ -664,6 +659,7 @@ func runsAgain(j *job) bool {
 	return readAgain(err) || (j.src != "" && redis.HasErrorPrefix(err, "NOSCRIPT")) || redis.HasErrorPrefix(err, "READONLY")
 }
 
+// batchPipe returns a pipeline to send one batch on, empty.
 func (p *Pipeline[R]) batchPipe() *batchPipe {
 	if b, ok := p.pipes.Get().(*batchPipe); ok {
 		return b
