@@ -112,9 +112,8 @@ func (l *Locker) Resume(ctx context.Context, h Handle) (*Lease, error) {
 		}
 	}
 	c := wire.ScriptCommand(resumeScript, keys, h.Value, width).GuardedBy()
-	c.OrderKeys = uint8(width)
-	if width == 1 {
-		c.OrderKeys = 0
+	if req.multi != nil {
+		c = c.Across(width)
 	}
 	found := make([]holding, len(l.nodes))
 	start := l.opts.Clock.Now()

@@ -245,7 +245,7 @@ func (l *Locker) acquisition(req request, value string) (wire.Command, reader, [
 			keys, argv = append(slices.Clip(req.multi), req.counters...), append(argv, "fence")
 		}
 		c := wire.ScriptCommand(acquireMultiScript, keys, argv...).Of(value, wire.RoleSets).Replicated().GuardedBy()
-		c.OrderKeys = uint8(n)
+		c = c.Across(n)
 		if req.counters != nil {
 			return c, readFencedMulti, make([]uint64, len(l.nodes)*n)
 		}
@@ -295,7 +295,7 @@ func (l *Locker) releaseCommand(key string, multi []string, value string, notify
 			argv = append(argv, notifyArg)
 		}
 		c := wire.ScriptCommand(releaseMultiScript, multi, argv...)
-		c.OrderKeys = uint8(len(multi))
+		c = c.Across(len(multi))
 		return c, readScript
 	case notify:
 		return l.unlockCommand(key, value), readRelease
@@ -427,6 +427,6 @@ func phase2Command(req request, value string, ts []uint64) wire.Command {
 		argv = append(argv, strconv.FormatUint(t, 10))
 	}
 	c := wire.ScriptCommand(fenceMultiScript, append(slices.Clip(req.multi), req.counters...), argv...).Of(value, wire.RoleFences).Replicated()
-	c.OrderKeys = uint8(len(req.multi))
+	c = c.Across(len(req.multi))
 	return c
 }

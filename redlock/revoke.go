@@ -204,7 +204,7 @@ func (l *Lease) extendCommand(ms int64, heal string) wire.Command {
 		c = wire.ScriptCommand(extendScript, l.scriptKeys(), l.value, ms, heal)
 	} else {
 		c = wire.ScriptCommand(extendMultiScript, l.scriptKeys(), l.value, ms, heal, len(l.multi))
-		c.OrderKeys = uint8(len(l.multi))
+		c = c.Across(len(l.multi))
 	}
 	return c.Of(l.value, wire.RoleExtends).Replicated().GuardedBy()
 }
@@ -215,7 +215,7 @@ func (l *Lease) checkCommand() wire.Command {
 		return wire.ScriptCommand(checkScript, l.scriptKeys(), l.value).GuardedBy()
 	}
 	c := wire.ScriptCommand(checkMultiScript, l.scriptKeys(), l.value, len(l.multi)).GuardedBy()
-	c.OrderKeys = uint8(len(l.multi))
+	c = c.Across(len(l.multi))
 	return c
 }
 
