@@ -92,7 +92,7 @@ for run in $runs; do
 		echo "== integration tests FAILED ($server, $transport transport)"
 		exit 1
 	fi
-	grep -E '^(=== RUN|--- |\s+--- |ok|PASS|FAIL)|_test\.go:[0-9]+:' "$log" | grep -v '^=== RUN' || true
+	grep -E '^(=== RUN|--- |\s+--- |ok|PASS|FAIL|fenced acquisitions across the suite)|_test\.go:[0-9]+:' "$log" | grep -v '^=== RUN' || true
 	if grep -q -- '--- SKIP' "$log"; then
 		echo "== integration tests were skipped; that is a failure here"; exit 1
 	fi

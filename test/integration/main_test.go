@@ -6,7 +6,9 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,7 +20,44 @@ import (
 
 func TestMain(m *testing.M) {
 	harness.Setup()
-	os.Exit(m.Run())
+	code := m.Run()
+	fmt.Println(fenced.report())
+	os.Exit(code)
+}
+
+// fenced counts the suite's fenced acquisitions by how many round trips
+// they took (Event.Detail), whatever faults each test injected: how often
+// phase 2 still runs (see the README's fencing section). Every Locker of
+// the suite reports to it (withTransport), besides its own Observer.
+var fenced fencedCount
+
+type fencedCount struct{ one, two atomic.Int64 }
+
+func (f *fencedCount) report() string {
+	one, two := f.one.Load(), f.two.Load()
+	share := 0.0
+	if one+two > 0 {
+		share = 100 * float64(two) / float64(one+two)
+	}
+	return fmt.Sprintf("fenced acquisitions across the suite: %d, of which %d ran phase 2 (%.1f%%)", one+two, two, share)
+}
+
+// counting passes every event to next (if any), counting fenced
+// acquisitions on the way.
+type counting struct{ next redlock.Observer }
+
+func (c counting) Observe(e redlock.Event) {
+	if e.Op == redlock.OpAcquire && e.Err == nil {
+		switch e.Detail {
+		case redlock.FencedInOneRoundTrip:
+			fenced.one.Add(1)
+		case redlock.FencedInTwoRoundTrips:
+			fenced.two.Add(1)
+		}
+	}
+	if c.next != nil {
+		c.next.Observe(e)
+	}
 }
 
 // withTransport applies REDLOCK_TEST_TRANSPORT to opts: "direct" sets
@@ -31,6 +70,9 @@ func withTransport(opts *redlock.Options) *redlock.Options {
 	}
 	if os.Getenv("REDLOCK_TEST_TRANSPORT") == "direct" {
 		o.NoAutoPipeline = true
+	}
+	if o.Fencing {
+		o.Observer = counting{next: o.Observer}
 	}
 	return &o
 }
