@@ -346,3 +346,24 @@ func TestDoReportsALeaseLostWhileFnRan(t *testing.T) {
 		})
 	}
 }
+
+// A lease taken for long and then run under Lease.Do with a shorter TTL
+// keeps its lease: Done's safety margin is a tenth of the TTL behind the
+// current validity (at most NodeTimeout), not of the longest TTL the lease
+// ever had. With the longest (30s here), the margin was the whole
+// NodeTimeout, and Done closed before each extension came due.
+func TestLeaseDoWithAShorterTTLKeepsTheLease(t *testing.T) {
+	c := newCluster(t, 3)
+	l := newLocker(t, c.nodes(nil), &redlock.Options{NodeTimeout: time.Second})
+	lease, err := l.TryLock(t.Context(), "long-then-short", 30*time.Second)
+	require.NoError(t, err)
+	err = lease.Do(t.Context(), 1500*time.Millisecond, func(ctx context.Context, _ *redlock.Lease) error {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(2500 * time.Millisecond): // past the 30s validity's first extensions
+			return nil
+		}
+	})
+	require.NoError(t, err)
+}

@@ -118,11 +118,8 @@ func (c chaos) Do(ctx context.Context, args ...any) *redis.Cmd {
 	return c.Node.Do(ctx, args...)
 }
 
-func (c chaos) script(ctx context.Context, run func() *redis.Cmd, args []any) *redis.Cmd {
-	phase2 := len(args) == 2
-	if phase2 {
-		_, phase2 = args[1].(string) // phase 2 sends the counter as a string
-	}
+func (c chaos) script(ctx context.Context, run func() *redis.Cmd, keys []string, args []any) *redis.Cmd {
+	phase2 := isPhase2Script(keys, args)
 	if phase2 && c.chance(0.15) {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(errLostMessage)
@@ -143,14 +140,14 @@ func (c chaos) EvalSha(ctx context.Context, sha string, keys []string, args ...a
 	if strings.HasPrefix(keys[0], "redlock:memory") { // the guard's examination: not the schedule's
 		return c.Node.EvalSha(ctx, sha, keys, args...)
 	}
-	return c.script(ctx, func() *redis.Cmd { return c.Node.EvalSha(ctx, sha, keys, args...) }, args)
+	return c.script(ctx, func() *redis.Cmd { return c.Node.EvalSha(ctx, sha, keys, args...) }, keys, args)
 }
 
 func (c chaos) Eval(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
 	if strings.HasPrefix(keys[0], "redlock:memory") {
 		return c.Node.Eval(ctx, src, keys, args...)
 	}
-	return c.script(ctx, func() *redis.Cmd { return c.Node.Eval(ctx, src, keys, args...) }, args)
+	return c.script(ctx, func() *redis.Cmd { return c.Node.Eval(ctx, src, keys, args...) }, keys, args)
 }
 
 // chaosHook does to a pipelined client's batches what chaos does to a
@@ -215,19 +212,41 @@ func (h *chaosHook) batch(ctx context.Context, cmds []redis.Cmder, next func(con
 	return err
 }
 
-// isPhase2 tells the fencing phase-2 script (EVALSHA or EVAL, two keys, the
-// counter sent as a string) from phase 1 (the TTL sent as a number).
+// isPhase2 tells a fencing phase-2 script (EVALSHA or EVAL) from the other
+// commands (see isPhase2Script).
 func isPhase2(cmd redis.Cmder) bool {
 	args := cmd.Args()
-	if len(args) != 7 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
+	if len(args) < 4 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
 		return false
 	}
-	_, ok := args[6].(string)
+	n, ok := args[2].(int)
+	if !ok || len(args) < 3+n {
+		return false
+	}
+	keys := make([]string, n)
+	for i := range n {
+		keys[i], _ = args[3+i].(string)
+	}
+	return isPhase2Script(keys, args[3+n:])
+}
+
+// isPhase2Script tells the fencing phase-2 scripts (one key's or a
+// multi-key lease's: its keys, then as many fencing counters; the value
+// and then each counter's target, sent as strings) from phase 1 (the TTL
+// sent as a number) and the rest (no counters among the keys).
+func isPhase2Script(keys []string, argv []any) bool {
+	n := len(keys)
+	if n < 2 || n%2 != 0 || !strings.HasSuffix(keys[n/2], ":fencing") || len(argv) != n/2+1 {
+		return false
+	}
+	_, ok := argv[1].(string)
 	return ok
 }
 
 // TestFencingOrderUnderRandomSchedules runs many seeded schedules: three
-// clients, five nodes, random pauses and late replies, lost phase-2 messages
+// clients (one of which takes the key in a multi-key lease with another
+// key, whose token for the key, TokenOf, must order with the others'),
+// five nodes, random pauses and late replies, lost phase-2 messages
 // and single-node key loss, with leases short enough to expire under the
 // pauses. In every run, Order (an acquisition that began after another
 // returned has a higher token) and Uniqueness must hold. Schedules run six
@@ -411,13 +430,19 @@ func runSchedule(nodesOf scheduleNodes, seed uint64, scale time.Duration) (int, 
 			defer l.Drain(context.Background())
 			for range 4 {
 				start := time.Now()
-				lease, err := l.TryLock(context.Background(), key, 40*time.Millisecond*scale)
+				var lease *redlock.Lease
+				var err error
+				if k == 2 { // a multi-key lease of the key and another: the same counter orders both kinds
+					lease, err = l.TryLockMulti(context.Background(), []string{key + ":also", key}, 40*time.Millisecond*scale)
+				} else {
+					lease, err = l.TryLock(context.Background(), key, 40*time.Millisecond*scale)
+				}
 				end := time.Now()
 				if err != nil {
 					continue
 				}
 				mu.Lock()
-				got = append(got, acquisition{start, end, lease.Token()})
+				got = append(got, acquisition{start, end, lease.TokenOf(key)})
 				pause := time.Duration(rnd.Int64N(int64(50 * time.Millisecond * scale)))
 				mu.Unlock()
 				time.Sleep(pause) // sometimes past the lease's expiry

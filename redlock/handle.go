@@ -175,7 +175,7 @@ func (l *Locker) resumed(req request, h Handle, round *quorum.Round[Outcome], ta
 			}
 		}
 	}
-	lease := &Lease{locker: l, key: req.key, multi: req.multi, value: h.Value, acquiredAt: start, acquired: round, heldBy: round, holders: round, ttl: longest, until: until}
+	lease := &Lease{locker: l, key: req.key, multi: req.multi, value: h.Value, acquiredAt: start, acquired: round, heldBy: round, holders: round, ttl: longest, span: held, until: until}
 	if len(h.Tokens) > 0 {
 		lease.token = h.Tokens[0]
 		if req.multi != nil {

@@ -38,10 +38,15 @@ type Lease struct {
 	op     sync.Mutex // serializes Extend, Unlock and Check
 	script []string   // the extend and check scripts' keys (scriptKeys); under op
 
-	mu       sync.Mutex
-	holders  *quorum.Round[Outcome] // heldBy, for Holders
-	until    time.Time
-	ttl      time.Duration // the longest TTL any node may have been given
+	mu      sync.Mutex
+	holders *quorum.Round[Outcome] // heldBy, for Holders
+	until   time.Time
+	ttl     time.Duration // the longest TTL any node may have been given
+	// span is the TTL behind the current validity (the acquisition's, or
+	// the last extension's that set until): Done's margin is a tenth of
+	// it, never of ttl, so that a lease taken long and then extended short
+	// (Lease.Do with a shorter TTL) is not given up before each extension
+	span     time.Duration
 	unlocked bool
 	lost     bool          // the lease ran out or a round found it gone
 	closed   bool          // lost or unlocked: done is (or will be made) closed
@@ -157,7 +162,7 @@ func (l *Lease) Done() <-chan struct{} {
 
 // leftLocked is the time until Done should close, on the Locker's clock.
 func (l *Lease) leftLocked() time.Duration {
-	margin := min(l.locker.opts.NodeTimeout, l.ttl/10)
+	margin := min(l.locker.opts.NodeTimeout, l.span/10)
 	return l.until.Sub(l.locker.opts.Clock.Now()) - margin
 }
 
@@ -249,7 +254,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		l.heldBy = round
 		l.mu.Lock()
 		l.holders = round
-		l.setUntilLocked(until)
+		l.setUntilLocked(until, req.granted)
 		l.mu.Unlock()
 		if timing != nil {
 			lk.emit(Event{Op: OpExtend, Key: l.key, Duration: now.Sub(start), Token: l.token, Validity: until.Sub(now), Nodes: lk.resultsInto(timing.eventNodes(len(tally.Votes)), tally, timing, nil)})
@@ -275,7 +280,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		}
 		l.expire()
 	} else {
-		l.shorten(until)
+		l.shorten(until, req.granted)
 	}
 	return e
 }
@@ -332,18 +337,20 @@ func (l *Lease) refuted(tally quorum.Tally[Outcome]) bool {
 	return may < tally.Need
 }
 
-// shorten brings the lease's validity forward to until if that is earlier.
-func (l *Lease) shorten(until time.Time) {
+// shorten brings the lease's validity forward to until, the end of a
+// round for span, if that is earlier.
+func (l *Lease) shorten(until time.Time, span time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if until.Before(l.until) {
-		l.setUntilLocked(until)
+		l.setUntilLocked(until, span)
 	}
 }
 
-// setUntilLocked moves the end of validity, and Done's timer with it.
-func (l *Lease) setUntilLocked(until time.Time) {
-	l.until = until
+// setUntilLocked moves the end of validity, set by a round for span, and
+// Done's timer with it.
+func (l *Lease) setUntilLocked(until time.Time, span time.Duration) {
+	l.until, l.span = until, span
 	if l.timer != nil && !l.closed {
 		l.timer.Reset(l.leftLocked())
 	}

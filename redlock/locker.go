@@ -463,7 +463,7 @@ func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error
 		token, tokens, phase2, err = l.fence(ctx, req, value, round, tally, counters, until, timing)
 	}
 	if now := l.opts.Clock.Now(); err == nil && tally.Won && until.After(now) {
-		lease := &Lease{locker: l, key: req.key, multi: req.multi, value: value, token: token, tokens: tokens, acquiredAt: start, acquired: round, heldBy: round, holders: round, ttl: req.granted, until: until}
+		lease := &Lease{locker: l, key: req.key, multi: req.multi, value: value, token: token, tokens: tokens, acquiredAt: start, acquired: round, heldBy: round, holders: round, ttl: req.granted, span: req.granted, until: until}
 		if timing != nil {
 			e := Event{Op: OpAcquire, Key: req.key, Attempt: n, Duration: now.Sub(start), Token: token, Validity: until.Sub(now), Nodes: l.resultsInto(timing.eventNodes(len(tally.Votes)), tally, timing, nil)}
 			if counters != nil {
