@@ -47,6 +47,7 @@ type config struct {
 	replicate    bool            // set for redlock-wait: apply waitReps and waitAOF
 	noQuarantine bool            // set for redlock-unguarded: Options.NoQuarantine
 	noWakeUps    bool            // set for redlock-nowake: Options.NoWakeUps
+	pair         string          // set for redlock-pair ("multi") and redlock-pair-seq ("sequential"): each cycle locks two keys
 	observer     string          // set for the observed variants (observe.go): which Observer
 	etcdMembers  int             // -etcd: members of the cluster -impl etcd starts
 	etcdTimeout  time.Duration   // -etcd-timeout: the bound on each etcd attempt
@@ -108,7 +109,7 @@ func (f fault) String() string {
 // transport, for comparing the two.
 var (
 	allImpls   = []string{"redlock", "raw", "redsync", "redsync-failfast"}
-	knownImpls = append([]string{"redlock-nowake", "redlock-fenced", "redlock-direct", "redlock-wait", "redlock-unguarded", "redlock-events", "redlock-slog", "redlock-slog-info", "redlock-otel", "redlock-otel-1pct", "etcd"}, allImpls...)
+	knownImpls = append([]string{"redlock-nowake", "redlock-fenced", "redlock-direct", "redlock-wait", "redlock-unguarded", "redlock-events", "redlock-slog", "redlock-slog-info", "redlock-otel", "redlock-otel-1pct", "redlock-pair", "redlock-pair-seq", "etcd"}, allImpls...)
 )
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -143,7 +144,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.nodeTimeout, "node-timeout", 0, "redlock's per-node timeout (0: the library default, 50ms)")
 	fs.StringVar(&latency, "node-latency", "", "comma-separated one-way `delays`, one per node, through a delay proxy (e.g. 1ms,2ms,3ms,4ms,50ms)")
 	fs.StringVar(&faults, "fault", "", "faults to inject: `freeze:K@T[+D]`, stop:K@T or freeze-replica:K@T[+D], comma-separated (node K, at T, for D; freeze-replica freezes node K's -replicas, so that its WAITs run to their timeout; with -impl etcd alone K may be leader or follower)")
-	fs.StringVar(&impl, "impl", "all", "implementations: redlock, redlock-nowake, redlock-fenced, redlock-direct, redlock-wait, redlock-unguarded, redlock-events, redlock-slog, redlock-slog-info, redlock-otel, redlock-otel-1pct, raw, redsync, redsync-failfast, etcd, or all (comma-separated; all is the first four)")
+	fs.StringVar(&impl, "impl", "all", "implementations: redlock, redlock-nowake, redlock-fenced, redlock-direct, redlock-wait, redlock-unguarded, redlock-events, redlock-slog, redlock-slog-info, redlock-otel, redlock-otel-1pct, redlock-pair, redlock-pair-seq, raw, redsync, redsync-failfast, etcd, or all (comma-separated; all is the first four)")
 	fs.IntVar(&c.etcdMembers, "etcd", 3, "-impl etcd: start an etcd cluster of `N` members (child processes on loopback)")
 	fs.DurationVar(&c.etcdTimeout, "etcd-timeout", time.Second, "-impl etcd: the deadline of each attempt, release and session grant")
 	fs.BoolVar(&c.jsonOut, "json", false, "print results as JSON")

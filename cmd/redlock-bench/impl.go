@@ -56,7 +56,7 @@ type impl struct {
 
 func newImpl(ctx context.Context, name string, d *deployment, cfg config) (*impl, error) {
 	switch name {
-	case "redlock", "redlock-nowake", "redlock-fenced", "redlock-direct", "redlock-wait", "redlock-unguarded", "redlock-events", "redlock-slog", "redlock-slog-info", "redlock-otel", "redlock-otel-1pct":
+	case "redlock", "redlock-nowake", "redlock-fenced", "redlock-direct", "redlock-wait", "redlock-unguarded", "redlock-events", "redlock-slog", "redlock-slog-info", "redlock-otel", "redlock-otel-1pct", "redlock-pair", "redlock-pair-seq":
 		switch name {
 		case "redlock-events", "redlock-slog", "redlock-slog-info", "redlock-otel", "redlock-otel-1pct": // this library with an Observer (observe.go)
 			cfg.observer = name
@@ -70,6 +70,10 @@ func newImpl(ctx context.Context, name string, d *deployment, cfg config) (*impl
 			cfg.noPipeline, cfg.goredisPipe = true, false
 		case "redlock-wait": // this library with Options.WaitReplicas (-wait-replicas, -wait-aof)
 			cfg.replicate = true
+		case "redlock-pair": // two keys a cycle, in one multi-key lease (TryLockMulti)
+			cfg.pair = "multi"
+		case "redlock-pair-seq": // two keys a cycle, one lock after the other
+			cfg.pair = "sequential"
 		}
 		im, err := newRedlock(ctx, d, cfg)
 		if im != nil {
@@ -180,6 +184,12 @@ func newRedlock(ctx context.Context, d *deployment, cfg config) (*impl, error) {
 	if cfg.noWakeUps {
 		im.about += ", wake-ups off (NoWakeUps: waiters in other Lockers poll)"
 	}
+	switch cfg.pair {
+	case "multi":
+		im.about += ", two keys a cycle (the key and KEY:pair) in one multi-key lease (TryLockMulti)"
+	case "sequential":
+		im.about += ", two keys a cycle (the key and KEY:pair), one TryLock after the other"
+	}
 	if len(lockers) > 1 {
 		im.about += fmt.Sprintf(", %d Lockers (clients spread over them, as processes)", len(lockers))
 	}
@@ -226,6 +236,9 @@ func newRedlock(ctx context.Context, d *deployment, cfg config) (*impl, error) {
 
 // lockerCycle is one cycle of -mode on l.
 func lockerCycle(l *redlock.Locker, cfg config, classify func(error) outcome) cycler {
+	if cfg.pair != "" {
+		return pairCycle(l, cfg, classify)
+	}
 	switch cfg.mode {
 	case "do":
 		return func(ctx context.Context, key string) (acq, rel time.Duration, o outcome, err error) {
@@ -357,5 +370,50 @@ func newRedsync(ctx context.Context, d *deployment, cfg config, failFast bool) *
 			}
 			return acq, rel, acquired, nil
 		},
+	}
+}
+
+// pairCycle locks two keys a cycle (the key and KEY:pair), as a transfer
+// between two accounts does: in one multi-key lease (cfg.pair "multi"), or
+// one TryLock after the other, released in reverse (cfg.pair
+// "sequential"; a second key found taken releases the first).
+func pairCycle(l *redlock.Locker, cfg config, classify func(error) outcome) cycler {
+	return func(ctx context.Context, key string) (acq, rel time.Duration, o outcome, err error) {
+		keys := []string{key, key + ":pair"}
+		t0 := time.Now()
+		var leases []*redlock.Lease
+		if cfg.pair == "multi" {
+			var lease *redlock.Lease
+			if lease, err = l.TryLockMulti(ctx, keys, cfg.ttl); err == nil {
+				leases = append(leases, lease)
+			}
+		} else {
+			for _, k := range keys {
+				var lease *redlock.Lease
+				if lease, err = l.TryLock(ctx, k, cfg.ttl); err != nil {
+					break
+				}
+				leases = append(leases, lease)
+			}
+		}
+		acq = time.Since(t0)
+		if err != nil {
+			for _, lease := range leases {
+				_ = lease.Unlock(context.WithoutCancel(ctx))
+			}
+			return acq, 0, classify(err), err
+		}
+		hold(ctx, cfg.hold)
+		t1 := time.Now()
+		for i := len(leases) - 1; i >= 0; i-- {
+			if e := leases[i].Unlock(context.WithoutCancel(ctx)); e != nil {
+				err = e
+			}
+		}
+		rel = time.Since(t1)
+		if err != nil {
+			return acq, rel, failed, err
+		}
+		return acq, rel, acquired, nil
 	}
 }

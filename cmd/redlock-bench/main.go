@@ -95,6 +95,10 @@
 //	                   (every span sampled, or 1% of traces; dropped);
 //	                   each prints the run's event counts
 //	                   (not in all)
+//	redlock-pair, redlock-pair-seq
+//	                   this library locking two keys a cycle (the key and
+//	                   KEY:pair): in one multi-key lease (TryLockMulti), or
+//	                   one TryLock after the other (not in all)
 //	raw                SET NX PX + compare-and-delete on one node: the floor
 //	                   (the third-fastest node under -node-latency)
 //	redsync            github.com/go-redsync/redsync/v4, defaults
