@@ -46,24 +46,31 @@ func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 // Do runs fn while holding the lease, extending it by ttl in the
 // background, and releases it when fn returns, as Locker.Do does once it
 // has acquired: for a lease taken otherwise (LockMulti, TryLock, or
-// Locker.Resume in another process). A lease already lost or unlocked is
-// refused with ErrNotHeld, and fn does not run.
+// Locker.Resume in another process). fn runs even when ctx has already
+// ended (its context is then cancelled), so that the lease is released in
+// every case but these, which leave the lease as it was and return an
+// error: a nil fn or ctx, a ttl Extend would refuse. A lease already
+// unlocked or run out is refused with ErrNotHeld, and fn does not run (one
+// that ran out is released all the same).
 func (lease *Lease) Do(ctx context.Context, ttl time.Duration, fn func(ctx context.Context, lease *Lease) error) (err error) {
 	if lease == nil {
 		return errors.New("redlock: Do on a nil *Lease")
 	}
 	key := lease.name()
-	if fn == nil {
+	switch {
+	case fn == nil:
 		return fmt.Errorf("redlock: do %s: nil function", key)
-	}
-	if ctx == nil {
+	case ctx == nil:
 		return fmt.Errorf("redlock: do %s: nil context", key)
 	}
 	l := lease.locker
-	if _, err := l.request(ctx, "do", lease.key, ttl); err != nil {
+	if err := l.checkTTL("do", key, ttl); err != nil {
 		return err
 	}
 	if err := lease.usable("do"); err != nil {
+		if unlocked, _ := lease.endedAt(l.opts.Clock.Now()); !unlocked {
+			_ = lease.Unlock(context.WithoutCancel(ctx)) // ran out: what the nodes still hold goes
+		}
 		return err
 	}
 	work, cancel := context.WithCancelCause(ctx)

@@ -3,6 +3,7 @@ package redlock
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -82,15 +83,20 @@ type NodeResult struct {
 type QuorumError struct {
 	Op      string // "acquire", "extend", "unlock" or "check"
 	Key     string
-	Need    int // a majority of the nodes
-	Granted int // how many granted
+	Keys    []string // a multi-key lease's keys, sorted (Key is the first); nil for one key
+	Need    int      // a majority of the nodes
+	Granted int      // how many granted
 	Nodes   []NodeResult
 	Cause   error // ErrNotObtained, ErrNotHeld, the context's error, or nil
 }
 
 func (e *QuorumError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "redlock: %s %q: %d of %d nodes granted, %d needed", e.Op, e.Key, e.Granted, len(e.Nodes), e.Need)
+	name := strconv.Quote(e.Key)
+	if e.Keys != nil {
+		name = describeKeys(e.Keys)
+	}
+	fmt.Fprintf(&b, "redlock: %s %s: %d of %d nodes granted, %d needed", e.Op, name, e.Granted, len(e.Nodes), e.Need)
 	if e.Cause != nil {
 		fmt.Fprintf(&b, " (%v)", e.Cause)
 	}

@@ -2,7 +2,10 @@ package redlock
 
 import (
 	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -53,6 +56,38 @@ type Handle struct {
 	// clients, by their place among the Locker's nodes). Resume refuses a
 	// handle on a Locker over other servers.
 	Nodes []string `json:"nodes"`
+	// Seal binds the fields above to each other: Resume refuses a handle
+	// whose seal does not match them (one altered, or assembled from the
+	// parts of several, such as some of a multi-key lease's keys, which
+	// would release those alone, or another lease's tokens). It is a
+	// checksum, not a signature: whoever has the value can make one, and
+	// whoever has the value holds the lease anyway.
+	Seal string `json:"seal"`
+}
+
+// seal is h's Seal: SHA-256 of its fields, each length-prefixed, the
+// first 16 bytes in hex.
+func (h Handle) seal() string {
+	d := sha256.New()
+	field := func(s string) {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		d.Write(n[:])
+		d.Write([]byte(s))
+	}
+	field("redlock handle 1")
+	field(h.Value)
+	for _, list := range [][]string{h.Keys, h.Nodes} {
+		field(strconv.Itoa(len(list)))
+		for _, s := range list {
+			field(s)
+		}
+	}
+	field(strconv.Itoa(len(h.Tokens)))
+	for _, t := range h.Tokens {
+		field(strconv.FormatUint(t, 10))
+	}
+	return hex.EncodeToString(d.Sum(nil)[:16])
 }
 
 // Handle returns the lease as another goroutine or process resumes it with
@@ -70,6 +105,7 @@ func (l *Lease) Handle() Handle {
 	case l.token != 0:
 		h.Tokens = []uint64{l.token}
 	}
+	h.Seal = h.seal()
 	return h
 }
 
@@ -209,7 +245,16 @@ func (l *Locker) resumeRequest(ctx context.Context, h Handle) (request, error) {
 	}
 	// The keys are validated as an acquisition's (the TTL does not
 	// matter here).
-	return l.multiRequest(ctx, "resume", h.Keys, l.opts.MaxTTL)
+	req, err := l.multiRequest(ctx, "resume", h.Keys, l.opts.MaxTTL)
+	switch {
+	case err != nil:
+		return request{}, err
+	case h.Seal != h.seal():
+		return request{}, fmt.Errorf("redlock: resume %s: %w: the handle's seal does not match its keys, value, tokens and nodes (altered, or assembled from parts of several handles)", req.describe(), ErrNotHeld)
+	case slices.Contains(h.Tokens, 0):
+		return request{}, fmt.Errorf("redlock: resume %s: %w: token 0 is never issued", req.describe(), ErrNotHeld)
+	}
+	return req, nil
 }
 
 // readResume reads the resume script's reply: the least time node i's

@@ -160,8 +160,20 @@ func TestResumeRefusesStaleForgedAndForeignHandles(t *testing.T) {
 	forged = held.Handle()
 	forged.Tokens = []uint64{held.Token() + 1<<8}
 	_, err = other.Resume(t.Context(), forged)
-	require.ErrorIs(t, err, redlock.ErrNotHeld, "forged token")
+	require.ErrorIs(t, err, redlock.ErrNotHeld, "altered token")
+	require.ErrorContains(t, err, "seal")
+	_, err = other.Resume(t.Context(), redlock.Reseal(forged))
+	require.ErrorIs(t, err, redlock.ErrNotHeld, "forged token, sealed anew")
 	require.ErrorContains(t, err, "never issued")
+
+	// A handle of some of a multi-key lease's keys would release those
+	// alone: its seal does not match.
+	pair, err := l.TryLockMulti(t.Context(), []string{"e", "f"}, time.Minute)
+	require.NoError(t, err)
+	part := pair.Handle()
+	part.Keys, part.Tokens = part.Keys[:1], part.Tokens[:1]
+	_, err = other.Resume(t.Context(), part)
+	require.ErrorIs(t, err, redlock.ErrNotHeld, "some of the keys")
 
 	two := newCluster(t, 3)
 	elsewhere := newLocker(t, two.nodes(nil), &redlock.Options{Fencing: true})

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	mathrand "math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -409,14 +410,8 @@ func (l *Locker) request(ctx context.Context, op, key string, ttl time.Duration)
 	if err := checkKey(ctx, op, key); err != nil {
 		return request{}, err
 	}
-	switch {
-	case ttl <= 0:
-		return request{}, fmt.Errorf("redlock: %s %q: ttl %v must be positive", op, key, ttl)
-	case ttl > l.opts.MaxTTL:
-		return request{}, fmt.Errorf("redlock: %s %q: ttl %v is longer than Options.MaxTTL (%v)", op, key, ttl, l.opts.MaxTTL)
-	}
-	if err := l.bound.Check(ttl); err != nil {
-		return request{}, fmt.Errorf("redlock: %s %q: %w", op, key, err)
+	if err := l.checkTTL(op, strconv.Quote(key), ttl); err != nil {
+		return request{}, err
 	}
 	if ctx.Err() != nil {
 		return request{}, fmt.Errorf("redlock: %s %q: %w", op, key, contextError(ctx))
@@ -432,11 +427,26 @@ func (l *Locker) request(ctx context.Context, op, key string, ttl time.Duration)
 	return req, nil
 }
 
+// checkTTL validates ttl for op on the lock named name: positive, within
+// MaxTTL, longer than its drift allowance.
+func (l *Locker) checkTTL(op, name string, ttl time.Duration) error {
+	switch {
+	case ttl <= 0:
+		return fmt.Errorf("redlock: %s %s: ttl %v must be positive", op, name, ttl)
+	case ttl > l.opts.MaxTTL:
+		return fmt.Errorf("redlock: %s %s: ttl %v is longer than Options.MaxTTL (%v)", op, name, ttl, l.opts.MaxTTL)
+	}
+	if err := l.bound.Check(ttl); err != nil {
+		return fmt.Errorf("redlock: %s %s: %w", op, name, err)
+	}
+	return nil
+}
+
 // attempt is one acquisition, Lock's n-th: SET NX PX GET on every node,
 // decided early.
 func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error) {
 	start := l.opts.Clock.Now() // before the first send
-	if req.counter != "" && l.opts.RequireDurable {
+	if (req.counter != "" || req.counters != nil) && l.opts.RequireDurable {
 		if err := l.requireDurable(ctx); err != nil {
 			if l.observed() {
 				l.emit(Event{Op: OpAcquire, Key: req.key, Attempt: n, Duration: l.opts.Clock.Now().Sub(start), Err: err})
@@ -597,7 +607,7 @@ var errNothingToRelease = errors.New("redlock: not sent: the node refused the SE
 // c is the round's command: a node's ACL refusal is explained in its terms.
 // timing, where the round was timed, gives each node's latency.
 func (l *Locker) roundError(ctx context.Context, op string, c wire.Command, tally quorum.Tally[Outcome], timing *latencies) *QuorumError {
-	e := &QuorumError{Op: op, Key: c.Key, Need: tally.Need, Granted: tally.Accepted, Nodes: l.results(tally, timing, func(err error) error { return explainDenied(c, err) })}
+	e := &QuorumError{Op: op, Key: c.Key, Keys: c.OrderedBy(), Need: tally.Need, Granted: tally.Accepted, Nodes: l.results(tally, timing, func(err error) error { return explainDenied(c, err) })}
 	taken, missing, notWaited := 0, 0, 0
 	for _, n := range e.Nodes {
 		switch n.Outcome {
