@@ -3,6 +3,7 @@ package fence_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlock/redlock/fence"
 	"github.com/redlock/redlock/redlock"
 )
 
@@ -57,4 +59,48 @@ func Example_idempotentPayment() {
 	// worker 1: paid
 	// worker 2: already paid, nothing to do
 	// payments: 1
+}
+
+// Do with a fenced SQL write: the row keeps the token of the last write it
+// accepted, and a write carrying an older token (a holder paused past its
+// lease, overtaken by a newer one) changes nothing and returns
+// ErrStaleToken.
+func ExampleSQL_Update() {
+	ctx := context.Background()
+	var nodes []redlock.Node
+	for range 3 {
+		srv, _ := miniredis.Run()
+		defer srv.Close()
+		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: srv.Addr()}))
+	}
+	locker, _ := redlock.New(nodes, &redlock.Options{Fencing: true, NodeTimeout: time.Second})
+	_ = locker.TrustNodes(ctx) // new servers: they hold no locks
+	db, _ := sql.Open("sqlite", "file:accounts?mode=memory&cache=shared")
+	defer db.Close()
+	db.Exec(`CREATE TABLE accounts (id TEXT PRIMARY KEY, balance INTEGER, fencing_token INTEGER NOT NULL DEFAULT 0)`)
+	db.Exec(`INSERT INTO accounts (id, balance) VALUES ('alice', 100)`)
+	accounts := fence.SQL{Table: "accounts", IDColumn: "id", TokenColumn: "fencing_token"}
+
+	var paused uint64 // the first holder's token, kept to show a late write
+	for range 2 {
+		err := locker.Do(ctx, "account:alice", 5*time.Second, func(ctx context.Context, lease *redlock.Lease) error {
+			if paused == 0 {
+				paused = lease.Token()
+			}
+			return accounts.Update(ctx, db, "alice", lease.Token(), "balance = balance - ?", 25)
+		})
+		fmt.Println("debit:", err)
+	}
+	// The first holder wakes from a pause and writes with its old token.
+	err := accounts.Update(ctx, db, "alice", paused, "balance = balance - ?", 25)
+	fmt.Println("late write refused:", errors.Is(err, fence.ErrStaleToken))
+
+	var balance int
+	db.QueryRow(`SELECT balance FROM accounts WHERE id = 'alice'`).Scan(&balance)
+	fmt.Println("balance:", balance)
+	// Output:
+	// debit: <nil>
+	// debit: <nil>
+	// late write refused: true
+	// balance: 50
 }

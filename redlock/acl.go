@@ -11,7 +11,7 @@ import (
 // the user the client logs in as may not run a command the library sends, a
 // command one of its scripts calls, or touch the key. Such a node's vote
 // fails (it is never counted as contention), and the error says which
-// command or script was refused and what the script calls. The README's
+// command or script was refused and what the script calls. docs/operations.md's
 // "Least-privilege ACL" section lists everything the library needs.
 var ErrNoPermission = reply.ErrNoPermission
 

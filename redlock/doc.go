@@ -8,8 +8,26 @@
 // left: ttl - elapsed - drift, elapsed measured on the monotonic clock from
 // before the first send. The decision is made as soon as the replies allow, so
 // one hung node costs nothing; a node that has not answered within
-// Options.NodeTimeout counts as failed. Lock retries TryLock with random
-// jitter until it wins or the context ends.
+// Options.NodeTimeout counts as failed. Lock tries until it wins or the
+// context ends: a Locker's Lock calls for one key take turns in arrival
+// order, and Lockers in other processes hear releases through notices and
+// take turns by a line kept on the nodes (polling is the fallback).
+//
+// # The shapes of use
+//
+//   - Do (Locker.Do, Lease.Do) runs a function under the lease, extending
+//     it in the background and cancelling the function's context when the
+//     lease is lost (see Example and the fenced SQL write in package fence).
+//   - Lock with a deadline bounds the wait (ExampleLocker_Lock).
+//   - TryLockMulti and LockMulti take one lease over several keys, all or
+//     nothing per node, so that callers naming them in any order cannot
+//     deadlock (ExampleLocker_TryLockMulti).
+//   - Lease.Handle and Locker.Resume hand a lease to another process
+//     (ExampleLocker_Resume).
+//   - Options.Observer reports every decision (ExampleObserver); Inspect
+//     and Revoke are the operator's view (ExampleLocker_Inspect).
+//   - Nodes may be plain masters (Example), Sentinel-managed primaries
+//     (ExampleNew_sentinel) or one Redis Cluster (ExampleNew_cluster).
 //
 // A failed attempt is released on every node, including nodes that failed or
 // had not answered yet; a release can never overtake its own SET on a node,

@@ -252,3 +252,59 @@ func ExampleLocker_Resume() {
 	// unlock: <nil>
 	// stale: true
 }
+
+// Lock waits until the lock is free or ctx ends: give it a deadline to
+// bound the wait. The error then matches the context's and, where the
+// nodes decided the last attempt, ErrNotObtained.
+func ExampleLocker_Lock() {
+	var nodes []redlock.Node
+	for range 3 {
+		srv, _ := miniredis.Run()
+		defer srv.Close()
+		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: srv.Addr()}))
+	}
+	locker, _ := redlock.New(nodes, &redlock.Options{NodeTimeout: time.Second, NoQuarantine: true})
+	ctx := context.Background()
+
+	held, _ := locker.TryLock(ctx, "report:daily", 10*time.Second)
+	defer held.Unlock(ctx)
+
+	wait, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_, err := locker.Lock(wait, "report:daily", 10*time.Second)
+	fmt.Println("gave up at the deadline:", errors.Is(err, context.DeadlineExceeded))
+	fmt.Println("the lock was busy:", errors.Is(err, redlock.ErrNotObtained))
+	// Output:
+	// gave up at the deadline: true
+	// the lock was busy: true
+}
+
+// Sentinel-managed nodes: each a primary with replicas, which its client
+// follows across failovers. WaitReplicas makes a grant count only once a
+// replica has it, so a failover does not lose it.
+func ExampleNew_sentinel() {
+	sentinels := []string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"}
+	var nodes []redlock.Node
+	for _, name := range []string{"locks-a", "locks-b", "locks-c"} {
+		nodes = append(nodes, redis.NewFailoverClient(&redis.FailoverOptions{MasterName: name, SentinelAddrs: sentinels}))
+	}
+	locker, err := redlock.New(nodes, &redlock.Options{WaitReplicas: 1, NodeTimeout: 200 * time.Millisecond})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_ = locker // locker.Lock, locker.Do, ... as with plain masters
+}
+
+// One Redis Cluster as the only node (N = 1): there is no quorum, so the
+// cluster's own failover is the protection, and WaitReplicas matters more.
+// A multi-key lease's keys must share a hash slot ({tag}).
+func ExampleNew_cluster() {
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"}})
+	locker, err := redlock.New([]redlock.Node{cluster}, &redlock.Options{Fencing: true, WaitReplicas: 2})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_ = locker // locker.TryLockMulti(ctx, []string{"{acct}:1", "{acct}:2"}, ttl), ...
+}

@@ -115,7 +115,7 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*L
 // whose turn a release is, and a Lock just after this Locker's release
 // named another waits a few round trips for it to try. An attempt that
 // finds another holder's value stops waiting for the slowest nodes soon
-// (see README, "Waiting for a busy lock"), unlike TryLock's, which waits
+// (see docs/performance.md, "Waiting for a busy lock"), unlike TryLock's, which waits
 // for every node.
 //
 // Lock waits as long as ctx allows: a context without a deadline or

@@ -107,7 +107,7 @@ func TestGuardSeesANewProcessBehindEveryNodeKind(t *testing.T) {
 // key must not be granted. The examination fails two ways:
 //
 //   - ACL: the restarted server's ACL (users are not in the snapshot) gives
-//     the Locker's user the README's recipe without +info, which the
+//     the Locker's user docs/operations.md's ACL recipe without +info, which the
 //     examination calls.
 //   - OOM: the restarted process is over maxmemory (noeviction), so the
 //     examination's SET of the marker is refused; reads still work. The

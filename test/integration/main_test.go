@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 
 // fenced counts the suite's fenced acquisitions by how many round trips
 // they took (Event.Detail), whatever faults each test injected: how often
-// phase 2 still runs (see the README's fencing section). Every Locker of
+// phase 2 still runs (see docs/architecture.md, "Fencing tokens"). Every Locker of
 // the suite reports to it (withTransport), besides its own Observer.
 var fenced fencedCount
 

@@ -92,8 +92,8 @@ func TestFirstLockOnTLSNodesBehindLatency(t *testing.T) {
 	}
 }
 
-// aclRules is the README's least-privilege ACL user for locks whose names
-// begin with "lock:", word for word (TestREADMEShowsTheACLRecipe checks):
+// aclRules is docs/operations.md's least-privilege ACL user for locks whose names
+// begin with "lock:", word for word (TestOperationsGuideShowsTheACLRecipe checks):
 // the lock keys and their fencing counters ({lock:...}:fencing), the
 // commands the library sends and those its scripts call, and PING and
 // SCRIPT LOAD for Warm. aclDurability adds what Durability and
@@ -103,11 +103,11 @@ const (
 	aclDurability = "+config|get"
 )
 
-func TestREADMEShowsTheACLRecipe(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+func TestOperationsGuideShowsTheACLRecipe(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
 	require.NoError(t, err)
 	for _, want := range []string{"ACL SETUSER app reset " + aclRules, aclDurability} {
-		require.Contains(t, string(readme), want, "README's ACL recipe is not the one tested")
+		require.Contains(t, string(readme), want, "docs/operations.md's ACL recipe is not the one tested")
 	}
 }
 
