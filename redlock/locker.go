@@ -152,9 +152,8 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 			l.leaveLine(key) // no waiter here is left to take a turn named for this Locker
 		}
 	}()
-	var decided error       // the last attempt that the nodes, not ctx, decided
-	attempts, split := 0, 0 // split: attempts lost in a row with some nodes granted
-	heard := false          // listen was confirmed (or waited for) before an attempt
+	var tries retries
+	heard := false // listen was confirmed (or waited for) before an attempt
 	hear := func() {
 		if listen != nil && !heard {
 			// What follows (an attempt, a join) goes after the
@@ -181,7 +180,7 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 	}
 	for {
 		if !ready {
-			poll := l.retryWait() + l.splitBackoff(split)
+			poll := l.retryWait() + l.splitBackoff(tries.split)
 			if passed {
 				// The first wait after a turn passed to another Locker:
 				// as long as that one takes to try (see handOffWait).
@@ -197,31 +196,17 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 		}
 		ready = false
 		hear()
-		attempts++
 		var lease *Lease
-		lease, err = l.attempt(ctx, req, attempts)
+		lease, err = l.attempt(ctx, req, tries.attempts+1)
 		if err == nil {
 			won = true
 			return lease, nil
 		}
-		if errors.Is(err, ErrNotDurable) {
-			return nil, err // the nodes' settings, which no retry changes
-		}
-		if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
-			decided = err
-		}
-		if ctx.Err() != nil {
+		if tries.lost(ctx, &req, err) {
+			if errors.Is(err, ErrNotDurable) {
+				return nil, err
+			}
 			break
-		}
-		if errors.Is(err, errNotWaitedFor) {
-			req.yielded++ // the next attempt waits four times as long (see yielding)
-		} else {
-			req.yielded = 0
-		}
-		if q, ok := err.(*QuorumError); ok && q.Granted > 0 {
-			split++
-		} else {
-			split = 0
 		}
 		switch {
 		case listen == nil:
@@ -230,7 +215,7 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 			if f := beforeListen.Load(); f != nil {
 				(*f)()
 			}
-			if listen = l.notices.Listen(key); listen != nil && split == 0 && !noRetryAfterListen.Load() {
+			if listen = l.notices.Listen(key); listen != nil && tries.split == 0 && !noRetryAfterListen.Load() {
 				ready = true
 			}
 		case joined.IsZero() || l.opts.Clock.Now().Sub(joined) > lineTTL/3:
@@ -239,13 +224,57 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 			join()
 		}
 	}
-	if decided == nil {
-		if err == nil {
-			err = fmt.Errorf("redlock: lock %q: %w", key, contextError(ctx))
-		}
-		return nil, err // ctx ended before or during the first attempt
+	if tries.decided == nil && err == nil {
+		err = fmt.Errorf("redlock: lock %q: %w", key, contextError(ctx))
+		return nil, err // ctx ended before the first attempt
 	}
-	return nil, fmt.Errorf("redlock: lock %q: gave up after %d attempts: %w; last decided attempt: %w", key, attempts, contextError(ctx), decided)
+	return nil, tries.gaveUp(ctx, strconv.Quote(key), err)
+}
+
+// retries is what a Lock's attempts that did not win tell the next: how
+// many there were, the last one the nodes (not ctx) decided, and how many
+// in a row split the nodes (some granted, no majority).
+type retries struct {
+	attempts, split int
+	decided         error
+}
+
+// lost records an attempt of req that failed with err, and reports
+// whether to stop trying: an error no retry cures (ErrNotDurable: the
+// nodes' settings), or ctx's end. It counts the attempts that stopped
+// waiting for slow nodes in a row into req.yielded (see yielding).
+func (r *retries) lost(ctx context.Context, req *request, err error) (stop bool) {
+	r.attempts++
+	if errors.Is(err, ErrNotDurable) {
+		return true
+	}
+	if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
+		r.decided = err
+	}
+	if ctx.Err() != nil {
+		return true
+	}
+	if errors.Is(err, errNotWaitedFor) {
+		req.yielded++ // the next attempt waits four times as long (see yielding)
+	} else {
+		req.yielded = 0
+	}
+	if q, ok := err.(*QuorumError); ok && q.Granted > 0 {
+		r.split++
+	} else {
+		r.split = 0
+	}
+	return false
+}
+
+// gaveUp is the error of a Lock of name whose ctx ended: with the last
+// attempt the nodes decided, or else last, ctx's own end as the last
+// attempt saw it.
+func (r *retries) gaveUp(ctx context.Context, name string, last error) error {
+	if r.decided == nil {
+		return last // ctx ended during the first attempt
+	}
+	return fmt.Errorf("redlock: lock %s: gave up after %d attempts: %w; last decided attempt: %w", name, r.attempts, contextError(ctx), r.decided)
 }
 
 // turn is what awaitTurn saw: a turn to try (named for this Locker by a

@@ -104,47 +104,26 @@ func (l *Locker) LockMulti(ctx context.Context, keys []string, ttl time.Duration
 		return nil, err
 	}
 	req.yield = true
-	var decided error
-	attempts, split := 0, 0
+	var tries retries
 	for {
-		attempts++
-		lease, err := l.attempt(ctx, req, attempts)
+		lease, err := l.attempt(ctx, req, tries.attempts+1)
 		if err == nil {
 			return lease, nil
 		}
-		if errors.Is(err, ErrNotDurable) {
-			return nil, err
+		if tries.lost(ctx, &req, err) {
+			if errors.Is(err, ErrNotDurable) {
+				return nil, err
+			}
+			return nil, tries.gaveUp(ctx, req.describe(), err)
 		}
-		if ctx.Err() == nil || !errors.Is(err, ctx.Err()) {
-			decided = err
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		if errors.Is(err, errNotWaitedFor) {
-			req.yielded++
-		} else {
-			req.yielded = 0
-		}
-		if q, ok := err.(*QuorumError); ok && q.Granted > 0 {
-			split++
-		} else {
-			split = 0
-		}
-		timer := time.NewTimer(l.retryWait() + l.splitBackoff(split))
+		timer := time.NewTimer(l.retryWait() + l.splitBackoff(tries.split))
 		select {
 		case <-timer.C:
-			continue
 		case <-ctx.Done():
 			timer.Stop()
+			return nil, tries.gaveUp(ctx, req.describe(), fmt.Errorf("redlock: lock %s: %w", req.describe(), contextError(ctx)))
 		}
-		break
 	}
-	name := req.describe()
-	if decided == nil {
-		return nil, fmt.Errorf("redlock: lock %s: %w", name, contextError(ctx))
-	}
-	return nil, fmt.Errorf("redlock: lock %s: gave up after %d attempts: %w; last decided attempt: %w", name, attempts, contextError(ctx), decided)
 }
 
 // multiRequest validates a multi-key acquisition: the keys de-duplicated
