@@ -415,48 +415,34 @@ func checkNothingLeft(c *cluster, st *mixState, seed uint64) error {
 // preset (counterPresets) for the schedule's key (prefix:seed) and,
 // shifted, for the others, and returns the acquisitions checked and the violations found.
 func exploreMixed(c *cluster, prefix string, runs, parallel int, newWorker func() mixNodes, scale time.Duration, vanish bool) (acquired, multi int, failed []string) {
-	seeds := make(chan uint64)
-	go func() {
-		defer close(seeds)
-		for seed := uint64(1); seed <= uint64(runs); seed++ {
-			seeds <- seed
-		}
-	}()
 	var mu sync.Mutex
-	var workers sync.WaitGroup
-	for range parallel {
-		nodes := newWorker()
-		workers.Go(func() {
-			for seed := range seeds {
-				key := fmt.Sprintf("%s:%d", prefix, seed)
-				presetCounters(c.servers, key, seed)
-				presetCounters(c.servers, key+":x", seed+1)
-				presetCounters(c.servers, key+":y", seed+2)
-				got, st, err := runMixedSchedule(nodes, key, seed, scale, vanish)
-				if err == nil {
-					err = checkOrder(seed, key, got)
-				}
-				if err == nil && !vanish {
-					err = checkExclusion(seed, got)
-				}
-				if err == nil && !vanish {
-					err = checkNothingLeft(c, st, seed)
-				}
-				mu.Lock()
-				acquired += len(got)
-				for _, a := range got {
-					if len(a.keys) > 1 && slices.Contains(a.keys, key) {
-						multi++
-					}
-				}
-				if err != nil {
-					failed = append(failed, err.Error())
-				}
-				mu.Unlock()
+	eachSeed(runs, parallel, newWorker, func(nodes mixNodes, seed uint64) {
+		key := fmt.Sprintf("%s:%d", prefix, seed)
+		presetCounters(c.servers, key, seed)
+		presetCounters(c.servers, key+":x", seed+1)
+		presetCounters(c.servers, key+":y", seed+2)
+		got, st, err := runMixedSchedule(nodes, key, seed, scale, vanish)
+		if err == nil {
+			err = checkOrder(seed, key, got)
+		}
+		if err == nil && !vanish {
+			err = checkExclusion(seed, got)
+		}
+		if err == nil && !vanish {
+			err = checkNothingLeft(c, st, seed)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		acquired += len(got)
+		for _, a := range got {
+			if len(a.keys) > 1 && slices.Contains(a.keys, key) {
+				multi++
 			}
-		})
-	}
-	workers.Wait()
+		}
+		if err != nil {
+			failed = append(failed, err.Error())
+		}
+	})
 	return acquired, multi, failed
 }
 

@@ -375,6 +375,23 @@ func presetCounters(servers []*miniredis.Miniredis, key string, seed uint64) {
 // exploreSchedules runs seeds 1..runs as runSchedules does, and returns
 // the acquisitions checked and the violations found.
 func exploreSchedules(servers []*miniredis.Miniredis, runs, parallel int, newWorker func() scheduleNodes, scale time.Duration) (acquired int, failed []string) {
+	var mu sync.Mutex
+	eachSeed(runs, parallel, newWorker, func(nodes scheduleNodes, seed uint64) {
+		presetCounters(servers, fmt.Sprintf("sched:%d", seed), seed)
+		n, err := runSchedule(nodes, seed, scale)
+		mu.Lock()
+		defer mu.Unlock()
+		acquired += n
+		if err != nil {
+			failed = append(failed, err.Error())
+		}
+	})
+	return acquired, failed
+}
+
+// eachSeed runs seeds 1..runs on parallel workers, each with what
+// newWorker made for it (its nodes), calling run for every seed it takes.
+func eachSeed[W any](runs, parallel int, newWorker func() W, run func(w W, seed uint64)) {
 	seeds := make(chan uint64)
 	go func() {
 		defer close(seeds)
@@ -382,25 +399,16 @@ func exploreSchedules(servers []*miniredis.Miniredis, runs, parallel int, newWor
 			seeds <- seed
 		}
 	}()
-	var mu sync.Mutex
 	var workers sync.WaitGroup
 	for range parallel {
-		nodes := newWorker()
+		w := newWorker()
 		workers.Go(func() {
 			for seed := range seeds {
-				presetCounters(servers, fmt.Sprintf("sched:%d", seed), seed)
-				n, err := runSchedule(nodes, seed, scale)
-				mu.Lock()
-				acquired += n
-				if err != nil {
-					failed = append(failed, err.Error())
-				}
-				mu.Unlock()
+				run(w, seed)
 			}
 		})
 	}
 	workers.Wait()
-	return acquired, failed
 }
 
 // runSchedule runs the schedule of one seed and checks its acquisitions.
