@@ -283,7 +283,7 @@ func ExampleLocker_Lock() {
 // follows across failovers. WaitReplicas makes a grant count only once a
 // replica has it, so a failover does not lose it.
 func ExampleNew_sentinel() {
-	sentinels := []string{"10.0.0.1:26379", "10.0.0.2:26379", "10.0.0.3:26379"}
+	sentinels := []string{"sentinel-1.example:26379", "sentinel-2.example:26379", "sentinel-3.example:26379"} // never dialled here: New does not connect
 	var nodes []redlock.Node
 	for _, name := range []string{"locks-a", "locks-b", "locks-c"} {
 		nodes = append(nodes, redis.NewFailoverClient(&redis.FailoverOptions{MasterName: name, SentinelAddrs: sentinels}))
@@ -300,7 +300,7 @@ func ExampleNew_sentinel() {
 // cluster's own failover is the protection, and WaitReplicas matters more.
 // A multi-key lease's keys must share a hash slot ({tag}).
 func ExampleNew_cluster() {
-	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"10.0.0.1:7000", "10.0.0.2:7000", "10.0.0.3:7000"}})
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"cluster-1.example:7000", "cluster-2.example:7000", "cluster-3.example:7000"}})
 	locker, err := redlock.New([]redlock.Node{cluster}, &redlock.Options{Fencing: true, WaitReplicas: 2})
 	if err != nil {
 		fmt.Println(err)
