@@ -56,15 +56,14 @@ func (lease *Lease) Do(ctx context.Context, ttl time.Duration, fn func(ctx conte
 	if lease == nil {
 		return errors.New("redlock: Do on a nil *Lease")
 	}
-	key := lease.name()
 	switch {
 	case fn == nil:
-		return fmt.Errorf("redlock: do %s: nil function", key)
+		return fmt.Errorf("redlock: do %s: nil function", lease.name())
 	case ctx == nil:
-		return fmt.Errorf("redlock: do %s: nil context", key)
+		return fmt.Errorf("redlock: do %s: nil context", lease.name())
 	}
 	l := lease.locker
-	if err := l.checkTTL("do", key, ttl); err != nil {
+	if err := l.checkTTL("do", lease.key, lease.multi, ttl); err != nil {
 		return err
 	}
 	if err := lease.usable("do"); err != nil {
@@ -86,7 +85,7 @@ func (lease *Lease) Do(ctx context.Context, ttl time.Duration, fn func(ctx conte
 	wg.Go(func() {
 		select {
 		case <-lease.Done():
-			lostErr := fmt.Errorf("redlock: do %s: %w", key, ErrLost)
+			lostErr := fmt.Errorf("redlock: do %s: %w", lease.name(), ErrLost)
 			if lease.isLost() {
 				reportLost(lostErr)
 			}
@@ -109,11 +108,11 @@ func (lease *Lease) Do(ctx context.Context, ttl time.Duration, fn func(ctx conte
 		}
 		switch {
 		case lost:
-			lostErr := fmt.Errorf("redlock: do %s: %w while the function ran", key, ErrLost)
+			lostErr := fmt.Errorf("redlock: do %s: %w while the function ran", lease.name(), ErrLost)
 			reportLost(lostErr)
 			err = errors.Join(lostErr, err)
 		case !unlockedByFn && errors.Is(unlockErr, ErrNotHeld):
-			lostErr := fmt.Errorf("redlock: do %s: %w: the nodes no longer held it when the function returned: %w", key, ErrLost, unlockErr)
+			lostErr := fmt.Errorf("redlock: do %s: %w: the nodes no longer held it when the function returned: %w", lease.name(), ErrLost, unlockErr)
 			reportLost(lostErr)
 			err = errors.Join(lostErr, err)
 		case !unlockedByFn && unlockErr != nil && err == nil:

@@ -126,9 +126,10 @@ func parseFenced(cmd *redis.Cmd) (Outcome, uint64, error) {
 	return Granted, c, nil
 }
 
-// fence completes a fenced acquisition whose phase-1 round is won, with
-// counters the phase-1 replies: it returns the token, after phase 2 where
-// phase 2 is needed, or the round's error.
+// fence completes a fenced acquisition whose phase-1 round (command c1)
+// is won, with counters the phase-1 replies: it returns the token (and a
+// multi-key lease's tokens, one per key), after phase 2 where phase 2 is
+// needed, or the round's error.
 //
 // Phase 2 exists to leave a majority of nodes with a counter at least t.
 // Where the phase-1 replies that granted before the decision already show
@@ -138,7 +139,7 @@ func parseFenced(cmd *redis.Cmd) (Outcome, uint64, error) {
 // steady deployment every node increments in step and a fenced
 // acquisition costs one round trip; after a node missed increments, one
 // phase 2 brings it back in step. phase2 reports whether it ran.
-func (l *Locker) fence(ctx context.Context, req request, value string, phase1 *quorum.Round[Outcome], tally quorum.Tally[Outcome], counters []uint64, until time.Time, timing *latencies) (token uint64, tokens []uint64, phase2 bool, err error) {
+func (l *Locker) fence(ctx context.Context, req request, value string, c1 wire.Command, phase1 *quorum.Round[Outcome], tally quorum.Tally[Outcome], counters []uint64, until time.Time, timing *latencies) (token uint64, tokens []uint64, phase2 bool, err error) {
 	width := max(len(req.multi), 1) // keys: each has its counter and token
 	var one [1]uint64               // t of a single key, without allocating
 	ts := one[:]
@@ -201,7 +202,6 @@ func (l *Locker) fence(ctx context.Context, req request, value string, phase1 *q
 	round2 := l.fanOut(ctx, fan{after: phase1, skip: notGranted, timeout: l.opts.NodeTimeout, timing: timing2}, c, readScript)
 	left := until.Sub(l.opts.Clock.Now())
 	if left <= 0 {
-		c1, _, _ := l.acquisition(req, value)
 		return 0, nil, true, l.roundError(ctx, "acquire", c1, tally, timing) // validity used up in phase 1
 	}
 	tally2 := round2.Decide(ctx, min(l.opts.NodeTimeout, left), granted)

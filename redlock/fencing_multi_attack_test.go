@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -84,24 +83,9 @@ func (s *mixState) delay() {
 	time.Sleep(d)
 }
 
-// isFencePhase2 tells a phase-2 script (fence.lua, fence_multi.lua: a
-// counter among its keys, every argument a string) from phase 1 (the TTL
-// sent as a number) and the scripts without counters.
-func isFencePhase2(keys []string, argv []any) bool {
-	if !slices.ContainsFunc(keys, func(k string) bool { return strings.HasSuffix(k, ":fencing") }) {
-		return false
-	}
-	for _, a := range argv {
-		if _, ok := a.(string); !ok {
-			return false
-		}
-	}
-	return true
-}
-
 // fault applies s's faults to one script call on srv; run sends it.
 func (s *mixState) fault(srv *miniredis.Miniredis, keys []string, argv []any, run func() error) error {
-	phase2 := isFencePhase2(keys, argv)
+	phase2 := isPhase2Script(keys, argv)
 	if phase2 && s.chance(0.15) {
 		return errLostMessage
 	}
@@ -192,29 +176,13 @@ func (h *mixHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	}
 }
 
-// scriptParts returns a script command's keys and arguments.
-func scriptParts(cmd redis.Cmder) (keys []string, argv []any, ok bool) {
-	args := cmd.Args()
-	if (cmd.Name() != "evalsha" && cmd.Name() != "eval") || len(args) < 3 {
-		return nil, nil, false
-	}
-	n, err := strconv.Atoi(fmt.Sprint(args[2]))
-	if err != nil || len(args) < 3+n {
-		return nil, nil, false
-	}
-	for _, k := range args[3 : 3+n] {
-		keys = append(keys, fmt.Sprint(k))
-	}
-	return keys, args[3+n:], true
-}
-
 func (h *mixHook) batch(ctx context.Context, cmds []redis.Cmder, next func(context.Context, []redis.Cmder) error) error {
 	st := *h.st
 	send := make([]redis.Cmder, 0, len(cmds))
 	var phase2 []bool
 	for _, cmd := range cmds {
 		keys, argv, ok := scriptParts(cmd)
-		p2 := ok && isFencePhase2(keys, argv)
+		p2 := ok && isPhase2Script(keys, argv)
 		if p2 && st.chance(0.15) {
 			cmd.SetErr(errLostMessage)
 			continue
@@ -260,15 +228,7 @@ func mixTransports(t *testing.T, c *cluster) map[string]func() mixNodes {
 		},
 		"auto-pipeline": func() mixNodes {
 			current := new(*mixState)
-			var clients [3][]redlock.Node
-			for k := range clients {
-				for _, m := range c.servers {
-					cl := redis.NewClient(&redis.Options{Addr: m.Addr()})
-					cl.AddHook(&mixHook{srv: m, st: current})
-					t.Cleanup(func() { cl.Close() })
-					clients[k] = append(clients[k], cl)
-				}
-			}
+			clients := hookedClients(t, c.servers, func(m *miniredis.Miniredis) redis.Hook { return &mixHook{srv: m, st: current} })
 			return func(k int, st *mixState) []redlock.Node {
 				if k == 0 {
 					*current = st

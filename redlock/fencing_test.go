@@ -215,19 +215,24 @@ func (h *chaosHook) batch(ctx context.Context, cmds []redis.Cmder, next func(con
 // isPhase2 tells a fencing phase-2 script (EVALSHA or EVAL) from the other
 // commands (see isPhase2Script).
 func isPhase2(cmd redis.Cmder) bool {
+	keys, argv, ok := scriptParts(cmd)
+	return ok && isPhase2Script(keys, argv)
+}
+
+// scriptParts returns a script command's keys and arguments.
+func scriptParts(cmd redis.Cmder) (keys []string, argv []any, ok bool) {
 	args := cmd.Args()
-	if len(args) < 4 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
-		return false
+	if (cmd.Name() != "evalsha" && cmd.Name() != "eval") || len(args) < 3 {
+		return nil, nil, false
 	}
-	n, ok := args[2].(int)
-	if !ok || len(args) < 3+n {
-		return false
+	n, err := strconv.Atoi(fmt.Sprint(args[2]))
+	if err != nil || len(args) < 3+n {
+		return nil, nil, false
 	}
-	keys := make([]string, n)
-	for i := range n {
-		keys[i], _ = args[3+i].(string)
+	for _, k := range args[3 : 3+n] {
+		keys = append(keys, fmt.Sprint(k))
 	}
-	return isPhase2Script(keys, args[3+n:])
+	return keys, args[3+n:], true
 }
 
 // isPhase2Script tells the fencing phase-2 scripts (one key's or a
@@ -282,15 +287,7 @@ func TestFencingOrderUnderRandomSchedules(t *testing.T) {
 			// Each worker has its own clients, three Lockers' worth, whose
 			// hooks read the state of the worker's current schedule.
 			state := &chaos{}
-			var clients [3][]redlock.Node
-			for k := range clients {
-				for _, m := range c.servers {
-					cl := redis.NewClient(&redis.Options{Addr: m.Addr()})
-					cl.AddHook(&chaosHook{srv: m, state: state})
-					t.Cleanup(func() { cl.Close() })
-					clients[k] = append(clients[k], cl)
-				}
-			}
+			clients := hookedClients(t, c.servers, func(m *miniredis.Miniredis) redis.Hook { return &chaosHook{srv: m, state: state} })
 			return func(k int, s *chaos) []redlock.Node {
 				if k == 0 { // a new schedule: the last one's calls are all over
 					*state = *s
@@ -299,6 +296,21 @@ func TestFencingOrderUnderRandomSchedules(t *testing.T) {
 			}
 		}, scale)
 	})
+}
+
+// hookedClients are three Lockers' worth of clients of servers, one per
+// server each, every one with the hook made for its server.
+func hookedClients(t *testing.T, servers []*miniredis.Miniredis, hook func(*miniredis.Miniredis) redis.Hook) [3][]redlock.Node {
+	var clients [3][]redlock.Node
+	for k := range clients {
+		for _, m := range servers {
+			cl := redis.NewClient(&redis.Options{Addr: m.Addr()})
+			cl.AddHook(hook(m))
+			t.Cleanup(func() { cl.Close() })
+			clients[k] = append(clients[k], cl)
+		}
+	}
+	return clients
 }
 
 // The control of TestFencingOrderUnderRandomSchedules: the same schedules

@@ -137,15 +137,18 @@ func (l *Locker) Resume(ctx context.Context, h Handle) (*Lease, error) {
 		keys = req.multi
 	}
 	var counters []uint64
-	if len(h.Tokens) > 0 {
+	if len(h.Tokens) > 0 { // the script reads the keys' counters too, after the keys
 		counters = make([]uint64, len(l.nodes)*width)
+		withCounters := make([]string, 0, 2*width)
+		withCounters = append(withCounters, keys...)
 		for _, k := range keys {
 			ck, err := counterKey(k)
 			if err != nil {
 				return nil, fmt.Errorf("redlock: resume %s: %w", name, err)
 			}
-			keys = append(slices.Clip(keys), ck)
+			withCounters = append(withCounters, ck)
 		}
+		keys = withCounters
 	}
 	c := wire.ScriptCommand(resumeScript, keys, h.Value, width).GuardedBy()
 	if req.multi != nil {

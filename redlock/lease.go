@@ -390,8 +390,11 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	detached := context.WithoutCancel(ctx)
 	start := lk.opts.Clock.Now()
 	timing := lk.timing()
-	lk.notices.Expect(l.key, l.value) // this Locker wakes its own waiters: Released below
-	for _, k := range l.multi[min(1, len(l.multi)):] {
+	// This Locker wakes its own waiters (Released below), not its notices.
+	if l.multi == nil {
+		lk.notices.Expect(l.key, l.value)
+	}
+	for _, k := range l.multi {
 		lk.notices.Expect(k, l.value)
 	}
 	round := lk.release(ctx, l.key, l.multi, l.value, l.acquired, ttl, timing, nil, &l.passed)

@@ -439,7 +439,7 @@ func (l *Locker) request(ctx context.Context, op, key string, ttl time.Duration)
 	if err := checkKey(ctx, op, key); err != nil {
 		return request{}, err
 	}
-	if err := l.checkTTL(op, strconv.Quote(key), ttl); err != nil {
+	if err := l.checkTTL(op, key, nil, ttl); err != nil {
 		return request{}, err
 	}
 	if ctx.Err() != nil {
@@ -456,19 +456,23 @@ func (l *Locker) request(ctx context.Context, op, key string, ttl time.Duration)
 	return req, nil
 }
 
-// checkTTL validates ttl for op on the lock named name: positive, within
-// MaxTTL, longer than its drift allowance.
-func (l *Locker) checkTTL(op, name string, ttl time.Duration) error {
+// checkTTL validates ttl for op on key (or on the keys of a multi-key
+// lease, where multi is set): positive, within MaxTTL, longer than its
+// drift allowance. The lock is named only in an error: not on every call.
+func (l *Locker) checkTTL(op, key string, multi []string, ttl time.Duration) error {
+	var problem error
 	switch {
 	case ttl <= 0:
-		return fmt.Errorf("redlock: %s %s: ttl %v must be positive", op, name, ttl)
+		problem = fmt.Errorf("ttl %v must be positive", ttl)
 	case ttl > l.opts.MaxTTL:
-		return fmt.Errorf("redlock: %s %s: ttl %v is longer than Options.MaxTTL (%v)", op, name, ttl, l.opts.MaxTTL)
+		problem = fmt.Errorf("ttl %v is longer than Options.MaxTTL (%v)", ttl, l.opts.MaxTTL)
+	default:
+		problem = l.bound.Check(ttl)
 	}
-	if err := l.bound.Check(ttl); err != nil {
-		return fmt.Errorf("redlock: %s %s: %w", op, name, err)
+	if problem == nil {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("redlock: %s %s: %w", op, request{key: key, multi: multi}.describe(), problem)
 }
 
 // attempt is one acquisition, Lock's n-th: SET NX PX GET on every node,
@@ -499,7 +503,7 @@ func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error
 	var err error
 	phase2 := false
 	if tally.Won && counters != nil {
-		token, tokens, phase2, err = l.fence(ctx, req, value, round, tally, counters, until, timing)
+		token, tokens, phase2, err = l.fence(ctx, req, value, c, round, tally, counters, until, timing)
 	}
 	if now := l.opts.Clock.Now(); err == nil && tally.Won && until.After(now) {
 		lease := &Lease{locker: l, key: req.key, multi: req.multi, value: value, token: token, tokens: tokens, acquiredAt: start, acquired: round, heldBy: round, holders: round, ttl: req.granted, span: req.granted, until: until}

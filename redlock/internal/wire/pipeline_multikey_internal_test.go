@@ -253,13 +253,7 @@ func TestPipelineKeepsOrderPerKeyUnderRandomSchedules(t *testing.T) {
 	if testing.Short() {
 		schedules = 40
 	}
-	m := miniredis.RunT(t)
-	g := &gate{}
-	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { client.Close() })
-	client.AddHook(g)
-	admin := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { admin.Close() })
+	m, g, client, admin := gatedServer(t)
 	locks := []string{"a", "b", "c", "d"}
 	for seed := range schedules {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {

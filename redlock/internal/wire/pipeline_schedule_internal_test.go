@@ -58,6 +58,19 @@ func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 	return func(ctx context.Context, cmds []redis.Cmder) error { g.wait(); return next(ctx, cmds) }
 }
 
+// gatedServer is a schedule's node: an in-process server, a client whose
+// batches g holds while it is closed, and an admin client that g does not
+// hold.
+func gatedServer(t *testing.T) (m *miniredis.Miniredis, g *gate, client, admin *redis.Client) {
+	m, g = miniredis.RunT(t), &gate{}
+	client = redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { client.Close() })
+	client.AddHook(g)
+	admin = redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { admin.Close() })
+	return m, g, client, admin
+}
+
 // scheduleLease is one lease of a schedule: its value, and its release's
 // vote once sent.
 type scheduleLease struct {
@@ -82,13 +95,7 @@ func TestPipelineReleaseIsLastUnderRandomSchedules(t *testing.T) {
 	if testing.Short() {
 		schedules = 30
 	}
-	m := miniredis.RunT(t)
-	g := &gate{}
-	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { client.Close() })
-	client.AddHook(g)
-	admin := redis.NewClient(&redis.Options{Addr: m.Addr()})
-	t.Cleanup(func() { admin.Close() })
+	m, g, client, admin := gatedServer(t)
 	ctx := t.Context()
 	scripts := []*Script{extendScript, releaseScript}
 	for seed := range schedules {
