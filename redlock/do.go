@@ -10,6 +10,9 @@ import (
 	"time"
 )
 
+// errDoing refuses a Lease.Do on a lease already running under Do.
+var errDoing = errors.New("the lease already runs under Do")
+
 // ErrLost means a lease was lost while the work it protected was running:
 // nodes answered that it was gone, or its validity ran out. Work done under
 // it may have overlapped another holder's.
@@ -51,7 +54,12 @@ func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 // every case but these, which leave the lease as it was and return an
 // error: a nil fn or ctx, a ttl Extend would refuse. A lease already
 // unlocked or run out is refused with ErrNotHeld, and fn does not run (one
-// that ran out is released all the same).
+// that ran out is released all the same); so is a lease already running
+// under another Do (errDoing), which would release it under the other's
+// function. The first extension comes no later than a third of the
+// validity the lease has left, however long ttl is (a lease resumed late
+// may have less than ttl). Options.MaxHold counts from the start of this
+// Do, not from the acquisition.
 func (lease *Lease) Do(ctx context.Context, ttl time.Duration, fn func(ctx context.Context, lease *Lease) error) (err error) {
 	if lease == nil {
 		return errors.New("redlock: Do on a nil *Lease")
@@ -66,6 +74,10 @@ func (lease *Lease) Do(ctx context.Context, ttl time.Duration, fn func(ctx conte
 	if err := l.checkTTL("do", lease.key, lease.multi, ttl); err != nil {
 		return err
 	}
+	if !lease.doing.CompareAndSwap(false, true) {
+		return fmt.Errorf("redlock: do %s: %w", lease.name(), errDoing)
+	}
+	defer lease.doing.Store(false)
 	if err := lease.usable("do"); err != nil {
 		if unlocked, _ := lease.endedAt(l.opts.Clock.Now()); !unlocked {
 			_ = lease.Unlock(context.WithoutCancel(ctx)) // ran out: what the nodes still hold goes
@@ -128,7 +140,10 @@ func (lease *Lease) Do(ctx context.Context, ttl time.Duration, fn func(ctx conte
 func (l *Locker) keepExtending(ctx context.Context, lease *Lease, ttl time.Duration, stop <-chan struct{}) {
 	started := l.opts.Clock.Now()
 	nextExtension := func() time.Duration { return ttl/3 - ttl/12 + mathrand.N(ttl/6+1) } // ttl/3 ± ttl/12
-	wait := nextExtension()
+	// The first within a third of what the lease has left: it may have
+	// less than ttl (taken shorter, or resumed late). After an extension
+	// it has ttl's.
+	wait := max(min(nextExtension(), lease.Validity()/3), 0)
 	for {
 		timer := time.NewTimer(wait)
 		select {

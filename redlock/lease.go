@@ -34,6 +34,7 @@ type Lease struct {
 	// passed: Unlock's nodes whose release named another Locker's turn
 	// (a field, not a local, so that Unlock allocates nothing for it)
 	passed atomic.Int32
+	doing  atomic.Bool // running under Lease.Do, which takes a lease once at a time
 
 	op     sync.Mutex // serializes Extend, Unlock and Check
 	script []string   // the extend and check scripts' keys (scriptKeys); under op

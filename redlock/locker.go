@@ -640,7 +640,7 @@ var errNothingToRelease = errors.New("redlock: not sent: the node refused the SE
 // c is the round's command: a node's ACL refusal is explained in its terms.
 // timing, where the round was timed, gives each node's latency.
 func (l *Locker) roundError(ctx context.Context, op string, c wire.Command, tally quorum.Tally[Outcome], timing *latencies) *QuorumError {
-	e := &QuorumError{Op: op, Key: c.Key, Keys: c.OrderedBy(), Need: tally.Need, Granted: tally.Accepted, Nodes: l.results(tally, timing, func(err error) error { return explainDenied(c, err) })}
+	e := &QuorumError{Op: op, Key: c.Key, Keys: slices.Clone(c.OrderedBy()), Need: tally.Need, Granted: tally.Accepted, Nodes: l.results(tally, timing, func(err error) error { return explainDenied(c, err) })}
 	taken, missing, notWaited := 0, 0, 0
 	for _, n := range e.Nodes {
 		switch n.Outcome {
