@@ -202,6 +202,9 @@ type hookNode struct {
 	afterDo func(args []any) error
 	// beforeScript runs before EvalSha/Eval.
 	beforeScript func(ctx context.Context, keys []string, args []any) error
+	// afterScript runs after EvalSha/Eval has been answered; an error
+	// replaces the reply (the node ran the script, the reply was lost).
+	afterScript func(keys []string, args []any) error
 	// evalShaDelay delays every EVALSHA (not EVAL) by this much.
 	evalShaDelay time.Duration
 	sets         [][]any // recorded Do arguments
@@ -251,7 +254,17 @@ func (h *hookNode) EvalSha(ctx context.Context, sha string, keys []string, args 
 		return cmd
 	}
 	time.Sleep(h.evalShaDelay)
-	return h.Node.EvalSha(ctx, sha, keys, args...)
+	return h.answered(h.Node.EvalSha(ctx, sha, keys, args...), keys, args)
+}
+
+// answered applies afterScript to a script's reply.
+func (h *hookNode) answered(cmd *redis.Cmd, keys []string, args []any) *redis.Cmd {
+	if h.afterScript != nil {
+		if err := h.afterScript(keys, args); err != nil {
+			cmd.SetErr(err)
+		}
+	}
+	return cmd
 }
 
 func (h *hookNode) Eval(ctx context.Context, src string, keys []string, args ...any) *redis.Cmd {
@@ -263,7 +276,7 @@ func (h *hookNode) Eval(ctx context.Context, src string, keys []string, args ...
 		cmd.SetErr(err)
 		return cmd
 	}
-	return h.Node.Eval(ctx, src, keys, args...)
+	return h.answered(h.Node.Eval(ctx, src, keys, args...), keys, args)
 }
 
 func (h *hookNode) recordedSets() [][]any {
