@@ -129,6 +129,16 @@ func (r *Round[T]) AfterAll(f func()) (later bool) {
 	return true
 }
 
+// Returned reports whether every call has returned. A caller that would
+// otherwise make a func for AfterAll asks it first: most rounds have
+// returned by then, and a func that AfterAll may keep is allocated whether
+// or not it is kept.
+func (r *Round[T]) Returned() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pending == 0
+}
+
 // Len returns the number of nodes.
 func (r *Round[T]) Len() int { return len(r.calls) }
 

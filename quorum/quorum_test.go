@@ -301,3 +301,21 @@ func TestAfterAllRunsOnceEveryCallReturned(t *testing.T) {
 	}()
 	r.AfterAll(func() {})
 }
+
+// Returned turns true with the last delivery, and not before.
+func TestReturnedAfterTheLastDelivery(t *testing.T) {
+	const n = 3
+	r := quorum.Begin[int](n)
+	for i := range n {
+		if r.Returned() {
+			t.Fatalf("after %d of %d deliveries: Returned", i, n)
+		}
+		r.Deliver(i, i, nil)
+	}
+	if !r.Returned() {
+		t.Fatal("every call delivered, yet not Returned")
+	}
+	if r.AfterAll(func() {}) {
+		t.Fatal("AfterAll kept a func on a round that had returned")
+	}
+}

@@ -82,6 +82,10 @@ func (l *Locker) reportNodes(op Op, key string, round *quorum.Round[Outcome], ta
 	if guarded {
 		l.emitAll(l.changes(key))
 	}
+	if round.Returned() { // most rounds: no func for AfterAll to allocate
+		l.emitAll(l.nodeEvents(op, key, round, tally, guarded))
+		return
+	}
 	later := round.AfterAll(func() {
 		events := l.nodeEvents(op, key, round, tally, guarded)
 		if len(events) == 0 {
