@@ -2,16 +2,14 @@ package redlockotel_test
 
 import (
 	"context"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/redlock/redlock/internal/fakeredis"
+	"github.com/redlock/redlock/internal/benchload"
 	redlockotel "github.com/redlock/redlock/otel"
 	"github.com/redlock/redlock/redlock"
 )
@@ -39,40 +37,11 @@ func BenchmarkCycleObserved(b *testing.B) {
 		{"otel-all", func(b *testing.B) redlock.Observer { return benchObserver(b, sdktrace.AlwaysSample()) }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			var nodes []redlock.Node
-			for range 5 {
-				s, err := fakeredis.Start()
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { s.Close() })
-				c := redis.NewClient(&redis.Options{Addr: s.Addr()})
-				b.Cleanup(func() { c.Close() })
-				nodes = append(nodes, c)
-			}
-			l, err := redlock.New(nodes, &redlock.Options{NodeTimeout: time.Second, Observer: bc.observer(b)})
+			l, err := redlock.New(benchload.FakeNodes(b, 5), &redlock.Options{NodeTimeout: time.Second, Observer: bc.observer(b)})
 			if err != nil {
 				b.Fatal(err)
 			}
-			ctx := context.Background()
-			var next atomic.Int64
-			b.ReportAllocs()
-			b.SetParallelism(8)
-			b.RunParallel(func(pb *testing.PB) {
-				key := "bench:" + strconv.FormatInt(next.Add(1), 10)
-				for pb.Next() {
-					lease, err := l.TryLock(ctx, key, 10*time.Second)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					if err := lease.Unlock(ctx); err != nil {
-						b.Error(err)
-					}
-				}
-			})
-			b.StopTimer()
-			_ = l.Drain(ctx)
+			benchload.ParallelCycles(b, l, context.Background())
 		})
 	}
 }

@@ -4,12 +4,11 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redlock/redlock/internal/fakeredis"
+	"github.com/redlock/redlock/internal/benchload"
 	"github.com/redlock/redlock/quorum"
 	"github.com/redlock/redlock/redlock"
 )
@@ -33,10 +32,10 @@ var transports = []struct {
 func BenchmarkCycle(b *testing.B) {
 	for _, tr := range transports {
 		b.Run(tr.name, func(b *testing.B) {
-			l, ctx := benchLocker(b, fakeNodes(b, 5), tr.opts)
+			l, ctx := benchLocker(b, benchload.FakeNodes(b, 5), tr.opts)
 			b.ReportAllocs()
 			for b.Loop() {
-				cycle(b, l, ctx, "bench")
+				benchload.Cycle(b, l, ctx, "bench")
 			}
 			b.StopTimer()
 			_ = l.Drain(ctx)
@@ -49,8 +48,8 @@ func BenchmarkCycle(b *testing.B) {
 func BenchmarkCycleParallel(b *testing.B) {
 	for _, tr := range transports {
 		b.Run(tr.name, func(b *testing.B) {
-			l, ctx := benchLocker(b, fakeNodes(b, 5), tr.opts)
-			parallelCycles(b, l, ctx)
+			l, ctx := benchLocker(b, benchload.FakeNodes(b, 5), tr.opts)
+			benchload.ParallelCycles(b, l, ctx)
 		})
 	}
 }
@@ -73,8 +72,8 @@ func BenchmarkCycleObserved(b *testing.B) {
 		{"slog-info", redlock.NewLogObserver(slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})))},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			l, ctx := benchLocker(b, fakeNodes(b, 5), redlock.Options{NodeTimeout: time.Second, Observer: bc.observer})
-			parallelCycles(b, l, ctx)
+			l, ctx := benchLocker(b, benchload.FakeNodes(b, 5), redlock.Options{NodeTimeout: time.Second, Observer: bc.observer})
+			benchload.ParallelCycles(b, l, ctx)
 		})
 	}
 }
@@ -94,25 +93,12 @@ func BenchmarkCycleMiniredis(b *testing.B) {
 			l, ctx := benchLocker(b, newCluster(b, 5).nodes(nil), bc.opts)
 			b.ReportAllocs()
 			for b.Loop() {
-				cycle(b, l, ctx, "bench")
+				benchload.Cycle(b, l, ctx, "bench")
 			}
 			b.StopTimer()
 			_ = l.Drain(ctx)
 		})
 	}
-}
-
-func fakeNodes(b *testing.B, n int) []redlock.Node {
-	var nodes []redlock.Node
-	for range n {
-		s, err := fakeredis.Start()
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { s.Close() })
-		nodes = append(nodes, newClient(b, s.Addr()))
-	}
-	return nodes
 }
 
 func benchLocker(b *testing.B, nodes []redlock.Node, opts redlock.Options) (*redlock.Locker, context.Context) {
@@ -121,33 +107,6 @@ func benchLocker(b *testing.B, nodes []redlock.Node, opts redlock.Options) (*red
 		b.Fatal(err)
 	}
 	return l, context.Background()
-}
-
-// parallelCycles runs cycles from 8 goroutines per CPU, each on a key of
-// its own, then drains l.
-func parallelCycles(b *testing.B, l *redlock.Locker, ctx context.Context) {
-	var next atomic.Int64
-	b.ReportAllocs()
-	b.SetParallelism(8)
-	b.RunParallel(func(pb *testing.PB) {
-		key := "bench:" + strconv.FormatInt(next.Add(1), 10)
-		for pb.Next() {
-			cycle(b, l, ctx, key)
-		}
-	})
-	b.StopTimer()
-	_ = l.Drain(ctx)
-}
-
-func cycle(b *testing.B, l *redlock.Locker, ctx context.Context, key string) {
-	lease, err := l.TryLock(ctx, key, 10*time.Second)
-	if err != nil {
-		b.Error(err)
-		return
-	}
-	if err := lease.Unlock(ctx); err != nil {
-		b.Error(err)
-	}
 }
 
 // BenchmarkDecide measures the fan-out and early decision alone, over five
