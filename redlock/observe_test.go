@@ -8,6 +8,7 @@ import (
 	"log"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -547,4 +548,43 @@ func (s *syncWriter) take() string {
 	out := s.w.String()
 	s.w.Reset()
 	return out
+}
+
+// Events carry every node, however many there are: the timing of a round
+// holds five nodes in itself and more in a slice of their own, and both
+// give each event its own Nodes, in node order, timed where they replied.
+func TestEventsCarryEveryNodeOfLargerDeployments(t *testing.T) {
+	for _, n := range []int{3, 5, 6, 7} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			c := newCluster(t, n)
+			rec := &recorder{}
+			l := newLocker(t, c.nodes(nil), &redlock.Options{Observer: rec})
+			lease, err := l.TryLock(t.Context(), "k", time.Minute)
+			require.NoError(t, err)
+			require.NoError(t, lease.Unlock(t.Context()))
+			drain(t, l)
+			acquired, unlocked := rec.one(t, redlock.OpAcquire), rec.one(t, redlock.OpUnlock)
+			for _, e := range []redlock.Event{acquired, unlocked} {
+				require.Len(t, e.Nodes, n, "%v", e.Op)
+				for i, r := range e.Nodes {
+					assert.Equal(t, i, r.Node, "%v: node order", e.Op)
+					if r.Outcome == redlock.Granted {
+						assert.Positive(t, r.Latency, "%v: node %d replied, untimed", e.Op, i)
+					}
+				}
+			}
+			require.NotSame(t, &acquired.Nodes[0], &unlocked.Nodes[0], "two events share their Nodes")
+			for _, e := range []redlock.Event{acquired, unlocked} {
+				granted := 0
+				for _, r := range e.Nodes {
+					if r.Outcome == redlock.Granted {
+						granted++
+					} else {
+						assert.Equal(t, redlock.Unanswered, r.Outcome, "%v: only a node not waited for is not granted", e.Op)
+					}
+				}
+				assert.Greater(t, granted, n/2, "%v: a majority granted", e.Op)
+			}
+		})
+	}
 }
