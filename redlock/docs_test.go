@@ -72,3 +72,27 @@ func TestDocsNameOnlyWhatExists(t *testing.T) {
 		t.Fatalf("only %d names checked: the patterns no longer match the documents", checked)
 	}
 }
+
+// The README's "Observability and operations" section lists every event
+// an Observer can be told of, by its constant's name (OpLateGrant for
+// "late grant"), so that a new Op cannot go unlisted.
+func TestREADMEListsEveryEvent(t *testing.T) {
+	text, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(text), "## Observability and operations")
+	if !ok {
+		t.Fatal(`README.md has no "Observability and operations" section`)
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	for _, op := range redlock.Ops() {
+		name := "Op"
+		for _, word := range strings.Fields(op.String()) {
+			name += strings.ToUpper(word[:1]) + word[1:]
+		}
+		if !strings.Contains(section, "`"+name+"`") {
+			t.Errorf("README's Observability and operations section does not list %s (%q events)", name, op)
+		}
+	}
+}
