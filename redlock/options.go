@@ -44,9 +44,10 @@ type Options struct {
 	Clock clock.Clock
 
 	// Fencing makes every acquisition issue a fencing token (Lease.Token),
-	// monotonic per key across the nodes, at the cost of one more round trip
-	// per acquisition (none on Extend or Unlock). It keeps a permanent counter
-	// key per lock name on every node. At most 256 nodes.
+	// monotonic per key across the nodes, at the cost of a heavier script,
+	// and of a second round trip where the counters of the nodes that decided
+	// disagree (none on Extend or Unlock). It keeps a permanent counter key
+	// per lock name on every node. At most 256 nodes.
 	Fencing bool
 
 	// MaxTTL is the longest TTL a lease may ask for: TryLock, Lock, Extend

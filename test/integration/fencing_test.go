@@ -134,8 +134,9 @@ func TestFencingDurability(t *testing.T) {
 	})
 }
 
-// What fencing costs: one more majority round trip per acquisition, nothing
-// on release. Measured as acquire latency over 300 cycles each way, in one run.
+// What fencing costs: a heavier script, and a second majority round trip only
+// where the deciding counters disagree; nothing on release. Measured as
+// acquire latency over 300 cycles each way, in one run.
 func TestFencingCost(t *testing.T) {
 	c := harness.Start(t, harness.Options{})
 	measure := func(fencing bool) (acquire, release []time.Duration) {
