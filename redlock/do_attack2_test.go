@@ -96,13 +96,17 @@ func TestQuorumErrorKeysAreACopy(t *testing.T) {
 		}
 	}
 	keys := []string{"{q}a", "{q}b"}
-	t.Run("extend", func(t *testing.T) {
+	held := func(t *testing.T) (*cluster, *redlock.Lease) {
 		c := newCluster(t, 3)
 		l := newLocker(t, c.nodes(nil), &redlock.Options{NodeTimeout: time.Second})
 		lease, err := l.TryLockMulti(t.Context(), keys, time.Minute)
 		require.NoError(t, err)
+		return c, lease
+	}
+	t.Run("extend", func(t *testing.T) {
+		c, lease := held(t)
 		fail(c, "ERR down")
-		err = lease.Extend(t.Context(), time.Minute)
+		err := lease.Extend(t.Context(), time.Minute)
 		var q *redlock.QuorumError
 		require.ErrorAs(t, err, &q)
 		require.NotErrorIs(t, err, redlock.ErrNotHeld)
@@ -115,12 +119,9 @@ func TestQuorumErrorKeysAreACopy(t *testing.T) {
 		require.NoError(t, lease.Unlock(t.Context()))
 	})
 	t.Run("unlock", func(t *testing.T) {
-		c := newCluster(t, 3)
-		l := newLocker(t, c.nodes(nil), &redlock.Options{NodeTimeout: time.Second})
-		lease, err := l.TryLockMulti(t.Context(), keys, time.Minute)
-		require.NoError(t, err)
+		c, lease := held(t)
 		fail(c, "ERR down")
-		err = lease.Unlock(t.Context())
+		err := lease.Unlock(t.Context())
 		fail(c, "")
 		var q *redlock.QuorumError
 		require.ErrorAs(t, err, &q)
