@@ -60,9 +60,10 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
-	if err := locker.Drain(ctx); err != nil {
+	if err := locker.Drain(ctx); err != nil { // the Locker's background events delivered
 		panic(err)
 	}
+	obs.Flush() // and recorded
 
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(ctx, &rm); err != nil {

@@ -23,12 +23,19 @@
 // db.operation.name (SET for a plain acquisition, EVALSHA for the scripts),
 // server.address, server.port, and error.type where the node failed.
 //
+// Both histograms advise bucket boundaries from 100 µs to 10 s.
+//
 // Spans: one per lock operation ("redlock acquire", ...), started at the
-// operation's start (now less the event's Duration), with an event per node
+// operation's start (its end less the event's Duration), with an event per node
 // (its outcome, latency and error). Observe has no context, so these spans
 // are roots, unless the operation ran under this package's Do, which starts
 // a "redlock do" span for the whole of Do and parents the operations of its
 // key under it.
+//
+// Observe queues each event and returns: the events are recorded in
+// batches off the lock's path, within milliseconds. Flush records what is
+// queued: call it before reading what the events recorded, and before
+// shutting the providers down.
 package redlockotel
 
 import (
@@ -39,11 +46,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -69,9 +74,13 @@ func WithMeterProvider(p metric.MeterProvider) Option { return func(c *config) {
 func WithTracerProvider(p trace.TracerProvider) Option { return func(c *config) { c.tracers = p } }
 
 // Observer is a redlock.Observer that records metrics and spans. Give it to
-// redlock.Options.Observer. It does not block: instruments record in memory,
-// and spans end at once.
+// redlock.Options.Observer. Observe queues each event and returns; the
+// events are recorded in batches off the lock's path, within milliseconds
+// (queue.go). Call Flush before reading what they recorded, and before
+// shutting the providers down.
 type Observer struct {
+	queue queue // events observed, not yet recorded
+
 	meter  metric.Meter
 	tracer trace.Tracer
 
@@ -125,9 +134,9 @@ func New(opts ...Option) (*Observer, error) {
 	o := &Observer{meter: c.meters.Meter(ScopeName), tracer: c.tracers.Tracer(ScopeName)}
 	m := o.meter
 	var errs [7]error
-	o.duration, errs[0] = m.Float64Histogram("redlock.operation.duration", metric.WithUnit("s"),
+	o.duration, errs[0] = m.Float64Histogram("redlock.operation.duration", metric.WithUnit("s"), durationBounds,
 		metric.WithDescription("Duration of lock operations: each acquire attempt, extend, unlock, check, revoke, background release."))
-	o.dbDuration, errs[1] = m.Float64Histogram("db.client.operation.duration", metric.WithUnit("s"),
+	o.dbDuration, errs[1] = m.Float64Histogram("db.client.operation.duration", metric.WithUnit("s"), durationBounds,
 		metric.WithDescription("Duration of each node's round trip in a lock operation."))
 	o.contention, errs[2] = m.Int64Counter("redlock.contention", metric.WithUnit("{attempt}"),
 		metric.WithDescription("Acquire attempts that found the lock held by another holder."))
@@ -153,6 +162,15 @@ func New(opts ...Option) (*Observer, error) {
 	o.nodeSets = map[string]*nodeSets{}
 	return o, nil
 }
+
+// durationBounds are the bucket boundaries, in seconds, that both duration
+// histograms advise (a View may set others): from 100 µs, a round trip on
+// one host, to 10 s. The SDK's default boundaries (0, 5, 10, 25, ... 10000)
+// are for milliseconds; in seconds they put every lock operation and round
+// trip under 5 s into one bucket. The database conventions advise
+// 0.001 to 10 for db.client.operation.duration; a lock's round trips within
+// a data centre are mostly under 1 ms, so these start lower.
+var durationBounds = metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 // outcomes are the values of redlock.outcome (see Outcome), by index.
 var outcomes = []string{"ok", "lost", "contention", "not_held", "canceled", "unavailable", "error"}
@@ -183,9 +201,10 @@ func outcomeOf(e redlock.Event) int {
 	return 6
 }
 
-// Observe records e.
-func (o *Observer) Observe(e redlock.Event) {
+// record records an observed event: its metrics and its span.
+func (o *Observer) record(p *pending) {
 	ctx := context.Background()
+	e := p.e
 	outcome := outcomeOf(e)
 	switch e.Op {
 	case redlock.OpAcquire, redlock.OpExtend, redlock.OpUnlock, redlock.OpCheck, redlock.OpRevoke, redlock.OpRelease, redlock.OpResume:
@@ -207,7 +226,7 @@ func (o *Observer) Observe(e redlock.Event) {
 	if e.Op == redlock.OpAcquire && outcome == 2 {
 		o.contention.Add(ctx, 1)
 	}
-	o.span(e, outcome)
+	o.span(e, outcome, p.end, p.parent)
 }
 
 // nodes records each node's round trip and its unavailability.
@@ -230,7 +249,6 @@ func (o *Observer) nodes(ctx context.Context, e redlock.Event) {
 		attrs := append([]attribute.KeyValue{
 			attribute.String("db.system.name", "redis"),
 			attribute.String("db.operation.name", dbOperation(e.Op, e.Token)),
-			attribute.String("redlock.operation", e.Op.String()),
 			attribute.String("error.type", errorType(n.Err)),
 		}, sets.server...)
 		o.dbDuration.Record(ctx, latency.Seconds(), metric.WithAttributes(attrs...))
@@ -289,7 +307,6 @@ func newNodeSets(name string, ops int) *nodeSets {
 		n.answers[op] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{
 			attribute.String("db.system.name", "redis"),
 			attribute.String("db.operation.name", dbName),
-			attribute.String("redlock.operation", operation.String()),
 		}, n.server...)...))}
 		n.failed[op] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{attribute.String("redlock.operation", operation.String())}, n.server...)...))}
 	}
@@ -345,129 +362,4 @@ func serverAttrs(name string) []attribute.KeyValue {
 		}
 	}
 	return attrs
-}
-
-// span records e as a span that began e.Duration ago. Its attributes and
-// node events are made only where the span records (a sampler may have
-// left it out), so that they are set after its start: a sampler sees only
-// the span's name and kind.
-func (o *Observer) span(e redlock.Event, outcome int) {
-	parent := context.Background()
-	if e.Key != "" && o.doing.Load() > 0 {
-		if d, ok := o.dos.Load(e.Key); ok {
-			parent = d.(*doSpan).ctx
-		}
-	}
-	end := time.Now()
-	var name string
-	if int(e.Op) < len(spanNames) {
-		name = spanNames[e.Op]
-	} else {
-		name = "redlock " + e.Op.String()
-	}
-	_, s := o.tracer.Start(parent, name, trace.WithTimestamp(end.Add(-e.Duration)), clientKind)
-	if !s.IsRecording() {
-		s.End()
-		return
-	}
-	attrs := make([]attribute.KeyValue, 0, 6)
-	attrs = append(attrs, attribute.String("redlock.outcome", outcomes[outcome]))
-	if e.Key != "" {
-		attrs = append(attrs, attribute.String("redlock.key", e.Key))
-	}
-	if e.Attempt > 0 {
-		attrs = append(attrs, attribute.Int("redlock.attempt", e.Attempt))
-	}
-	if e.Token != 0 {
-		attrs = append(attrs, attribute.String("redlock.token", strconv.FormatUint(e.Token, 10)))
-	}
-	if e.Validity > 0 {
-		attrs = append(attrs, attribute.Float64("redlock.validity", e.Validity.Seconds()))
-	}
-	if e.Detail != "" {
-		attrs = append(attrs, attribute.String("redlock.detail", e.Detail))
-	}
-	s.SetAttributes(attrs...)
-	at := trace.WithTimestamp(end)
-	fields := make([]attribute.KeyValue, 0, 4*len(e.Nodes)) // every node's, in one slice
-	for _, n := range e.Nodes {
-		from := len(fields)
-		fields = append(fields, attribute.String("redlock.node", n.Name), attribute.String("redlock.node.outcome", n.Outcome.String()))
-		if n.Latency > 0 {
-			fields = append(fields, attribute.Float64("redlock.node.latency", n.Latency.Seconds()))
-		}
-		if n.Err != nil {
-			fields = append(fields, attribute.String("error.message", n.Err.Error()))
-		}
-		s.AddEvent("node", at, trace.WithAttributes(fields[from:]...))
-	}
-	if e.Err != nil && outcome != 2 { // contention is no error
-		s.SetStatus(codes.Error, e.Err.Error())
-	}
-	s.End(at)
-}
-
-// spanNames are the spans' names by Op, made once.
-var spanNames = func() []string {
-	ops := redlock.Ops()
-	names := make([]string, int(ops[len(ops)-1])+1)
-	for _, op := range ops {
-		names[op] = "redlock " + op.String()
-	}
-	return names
-}()
-
-// clientKind is the spans' kind, as an option made once.
-var clientKind = trace.WithSpanKind(trace.SpanKindClient)
-
-// doSpan is a Do in progress, whose span parents its key's operations.
-type doSpan struct{ ctx context.Context }
-
-// Do runs l.Do(ctx, key, ttl, fn) inside a "redlock do" span, which parents
-// the operations of key that l's events report meanwhile (when l's Observer
-// is o) and ends with Do's error. fn's context carries the span. Two Do
-// calls on one key at once in one process (one holds, one waits) share the
-// later one's span as parent.
-func (o *Observer) Do(ctx context.Context, l *redlock.Locker, key string, ttl time.Duration, fn func(context.Context, *redlock.Lease) error) error {
-	ctx, s := o.tracer.Start(ctx, "redlock do", trace.WithAttributes(attribute.String("redlock.key", key)))
-	d := &doSpan{ctx: ctx}
-	o.doing.Add(1)
-	o.dos.Store(key, d)
-	err := l.Do(ctx, key, ttl, fn)
-	o.dos.CompareAndDelete(key, d)
-	o.doing.Add(-1)
-	if err != nil {
-		s.RecordError(err)
-		s.SetStatus(codes.Error, err.Error())
-	}
-	s.End()
-	return err
-}
-
-// ObserveHealth registers the per-node gauges redlock.node.rtt (s) and
-// redlock.node.clock_rate ({ppm}, once measured) for l. Each collection
-// calls l.Health, which reads each node's INFO and CONFIG (bounded by
-// NodeTimeout): collect every few seconds at most. Unregister the returned
-// registration when l is no longer used.
-func (o *Observer) ObserveHealth(l *redlock.Locker) (metric.Registration, error) {
-	rtt, err := o.meter.Float64ObservableGauge("redlock.node.rtt", metric.WithUnit("s"),
-		metric.WithDescription("Each node's recent round trip, as the Locker measured it."))
-	if err != nil {
-		return nil, err
-	}
-	rate, err := o.meter.Float64ObservableGauge("redlock.node.clock_rate", metric.WithUnit("{ppm}"),
-		metric.WithDescription("Each node's clock rate against this process's, in parts per million (positive: fast), once measured."))
-	if err != nil {
-		return nil, err
-	}
-	return o.meter.RegisterCallback(func(_ context.Context, obs metric.Observer) error {
-		for _, h := range l.Health() {
-			attrs := metric.WithAttributes(o.node(h.Node, h.Name).server...)
-			obs.ObserveFloat64(rtt, h.RTT.Seconds(), attrs)
-			if h.ClockMeasured {
-				obs.ObserveFloat64(rate, h.ClockRatePPM, attrs)
-			}
-		}
-		return nil
-	}, rtt, rate)
 }

@@ -69,10 +69,10 @@ func TestOpenTelemetryOnRealFaults(t *testing.T) {
 			return false, err
 		}
 		drain(t, l)
-		return counterSum(collect(t, reader)["redlock.node.quarantines"]) > 0, nil
+		return counterSum(collect(t, obs, reader)["redlock.node.quarantines"]) > 0, nil
 	})
 
-	m := collect(t, reader)
+	m := collect(t, obs, reader)
 	frozen := attribute.Int("server.port", port(4))
 	assert.GreaterOrEqual(t, counterSum(m["redlock.node.unavailable"], frozen, attribute.String("redlock.operation", "acquire")), int64(1), "the frozen node's acquire vote")
 	for i := range 3 {
@@ -98,9 +98,11 @@ func TestOpenTelemetryOnRealFaults(t *testing.T) {
 	assert.Positive(t, names["redlock late failure"], "the frozen node's late failures: %v", names)
 }
 
-// collect reads every metric the reader holds, by name.
-func collect(t *testing.T, r *sdkmetric.ManualReader) map[string]metricdata.Metrics {
+// collect reads every metric the reader holds, by name, once obs has
+// recorded the events it queued.
+func collect(t *testing.T, obs *redlockotel.Observer, r *sdkmetric.ManualReader) map[string]metricdata.Metrics {
 	t.Helper()
+	obs.Flush()
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, r.Collect(t.Context(), &rm))
 	out := map[string]metricdata.Metrics{}

@@ -1,0 +1,69 @@
+package redlockotel
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/redlock/redlock/redlock"
+)
+
+// firstSpanBlocks is a span processor whose first OnEnd waits for open.
+type firstSpanBlocks struct {
+	blocked, open chan struct{}
+	once          sync.Once
+	ended         atomic.Int64
+}
+
+func (f *firstSpanBlocks) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (f *firstSpanBlocks) OnEnd(sdktrace.ReadOnlySpan) {
+	f.ended.Add(1)
+	first := false
+	f.once.Do(func() { first = true })
+	if first {
+		close(f.blocked)
+		<-f.open
+	}
+}
+func (f *firstSpanBlocks) Shutdown(context.Context) error   { return nil }
+func (f *firstSpanBlocks) ForceFlush(context.Context) error { return nil }
+
+// While the drain is stuck in a provider, the queue holds at most
+// maxQueued events: Observe records the rest itself, so that memory stays
+// bounded and no event is dropped.
+func TestQueueStaysBoundedWhenRecordingFallsBehind(t *testing.T) {
+	gate := &firstSpanBlocks{blocked: make(chan struct{}), open: make(chan struct{})}
+	o, err := New(WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))),
+		WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(gate))))
+	require.NoError(t, err)
+	e := redlock.Event{Op: redlock.OpAcquire, Key: "k", Duration: time.Millisecond}
+
+	for range drainBatch { // a full batch starts the drain, which sticks on its first span
+		o.Observe(e)
+	}
+	<-gate.blocked
+	const extra = 100
+	longest := 0
+	for range maxQueued + extra {
+		o.Observe(e)
+		o.queue.mu.Lock()
+		longest = max(longest, len(o.queue.items))
+		o.queue.mu.Unlock()
+	}
+	assert.Equal(t, maxQueued, longest, "the queue filled to its bound, and no further")
+	assert.GreaterOrEqual(t, gate.ended.Load(), int64(extra+1), "the events past the bound were recorded by Observe itself (and the drain's first)")
+
+	close(gate.open)
+	o.Flush()
+	assert.EqualValues(t, drainBatch+maxQueued+extra, gate.ended.Load(), "every event recorded once")
+	o.queue.mu.Lock()
+	defer o.queue.mu.Unlock()
+	assert.Empty(t, o.queue.items)
+}

@@ -1,0 +1,201 @@
+package redlockotel_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	redlockotel "github.com/redlock/redlock/otel"
+	"github.com/redlock/redlock/redlock"
+)
+
+// gatedSpans is a span processor whose first OnEnd blocks until open is
+// closed: a provider that is slow to take a span.
+type gatedSpans struct {
+	blocked chan struct{} // closed when the first OnEnd is waiting
+	open    chan struct{}
+	once    sync.Once
+	ended   atomic.Int64
+}
+
+func newGatedSpans() *gatedSpans {
+	return &gatedSpans{blocked: make(chan struct{}), open: make(chan struct{})}
+}
+
+func (g *gatedSpans) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (g *gatedSpans) OnEnd(sdktrace.ReadOnlySpan) {
+	first := false
+	g.once.Do(func() { first = true })
+	if first {
+		close(g.blocked)
+		<-g.open
+	}
+	g.ended.Add(1)
+}
+func (g *gatedSpans) Shutdown(context.Context) error   { return nil }
+func (g *gatedSpans) ForceFlush(context.Context) error { return nil }
+
+// acquireEvent is an acquisition's event on three nodes, as a Locker
+// reports it.
+func acquireEvent(key string) redlock.Event {
+	return redlock.Event{Op: redlock.OpAcquire, Key: key, Attempt: 1, Duration: time.Millisecond, Validity: time.Second, Nodes: []redlock.NodeResult{
+		{Node: 0, Name: "node 0 (127.0.0.1:7000)", Outcome: redlock.Granted, Latency: 300 * time.Microsecond},
+		{Node: 1, Name: "node 1 (127.0.0.1:7001)", Outcome: redlock.Granted, Latency: 400 * time.Microsecond},
+		{Node: 2, Name: "node 2 (127.0.0.1:7002)", Outcome: redlock.Unanswered},
+	}}
+}
+
+// acquisitions is how many acquisitions reader's redlock.operation.duration
+// has recorded.
+func acquisitions(t *testing.T, reader *sdkmetric.ManualReader) uint64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == "redlock.operation.duration" {
+				return histogramCount(t, m, attribute.String("redlock.operation", "acquire"))
+			}
+		}
+	}
+	return 0
+}
+
+// A provider that is slow to take a span does not slow the lock it
+// observes: Observe returns while the recording waits, and Flush records
+// everything once the provider goes on. (A synchronous adapter would block
+// the second Observe, the lock operation's own goroutine, until the
+// provider went on.)
+func TestObserveDoesNotWaitForTheProviders(t *testing.T) {
+	gate := newGatedSpans()
+	reader := sdkmetric.NewManualReader()
+	o, err := redlockotel.New(
+		redlockotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
+		redlockotel.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(gate))))
+	require.NoError(t, err)
+
+	o.Observe(acquireEvent("k"))
+	flushed := make(chan struct{})
+	go func() { o.Flush(); close(flushed) }() // records the event, and blocks in the provider
+	<-gate.blocked
+
+	observed := make(chan struct{})
+	go func() { o.Observe(acquireEvent("k")); close(observed) }()
+	select {
+	case <-observed:
+	case <-time.After(30 * time.Second): // a hang detector, not a speed target
+		t.Fatal("Observe waited for the provider")
+	}
+	select {
+	case <-flushed:
+		t.Fatal("Flush returned before its event was recorded")
+	default:
+	}
+	close(gate.open)
+	<-flushed
+	o.Flush()
+	assert.EqualValues(t, 2, gate.ended.Load(), "both spans")
+	assert.EqualValues(t, 2, acquisitions(t, reader))
+}
+
+// Without Flush, a queued event is recorded by the drain that its arrival
+// scheduled.
+func TestQueuedEventsAreRecordedWithoutFlush(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	o, err := redlockotel.New(redlockotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
+		redlockotel.WithTracerProvider(sdktrace.NewTracerProvider()))
+	require.NoError(t, err)
+	for round := 1; round <= 3; round++ { // each round after the last one's drain has ended
+		o.Observe(acquireEvent("k"))
+		require.Eventually(t, func() bool { return acquisitions(t, reader) == uint64(round) }, 30*time.Second, time.Millisecond,
+			"round %d: recorded without Flush", round)
+	}
+}
+
+// Flush records every event observed before it was called, and each event
+// is recorded once, whatever the interleaving of Observe calls from many
+// goroutines, drains and Flush calls (randomized schedules, seeded).
+func TestFlushRecordsEveryEventObservedBeforeItUnderRandomSchedules(t *testing.T) {
+	for seed := range uint64(8) {
+		rng := rand.New(rand.NewPCG(seed, 42))
+		reader := sdkmetric.NewManualReader()
+		o, err := redlockotel.New(redlockotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
+			redlockotel.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.NeverSample()))))
+		require.NoError(t, err)
+
+		var observed atomic.Int64 // events whose Observe has returned
+		var wg sync.WaitGroup
+		total := 0
+		for g := range 6 {
+			n := 50 + rng.IntN(400) // some goroutines fill whole batches, some do not
+			pause := rng.IntN(4)    // how often this one pauses
+			total += n
+			wg.Go(func() {
+				for i := range n {
+					o.Observe(acquireEvent("k"))
+					observed.Add(1)
+					if pause > 0 && (i+g)%(pause*37) == 0 {
+						time.Sleep(time.Duration(i%3) * time.Millisecond)
+					}
+				}
+			})
+		}
+		flushes := 4 + rng.IntN(8)
+		wg.Go(func() {
+			for range flushes {
+				before := observed.Load()
+				o.Flush()
+				if got := acquisitions(t, reader); got < uint64(before) {
+					t.Errorf("seed %d: after Flush, %d recorded of the %d observed before it", seed, got, before)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+		wg.Wait()
+		o.Flush()
+		assert.EqualValues(t, total, acquisitions(t, reader), "seed %d: each event recorded once", seed)
+	}
+}
+
+// Both duration histograms count in buckets from 100 µs to 10 s: a lock's
+// round trips are mostly under a millisecond, and the SDK's default
+// boundaries (0, 5, 10, ... in seconds) would put them all in one bucket.
+func TestDurationHistogramsHaveBucketsForLockLatencies(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	o, err := redlockotel.New(redlockotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
+		redlockotel.WithTracerProvider(sdktrace.NewTracerProvider()))
+	require.NoError(t, err)
+	o.Observe(acquireEvent("k"))
+	o.Flush()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	want := []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+	seen := 0
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			h, ok := m.Data.(metricdata.Histogram[float64])
+			if !ok {
+				continue
+			}
+			for _, p := range h.DataPoints {
+				seen++
+				assert.Equal(t, want, p.Bounds, m.Name)
+				if m.Name == "db.client.operation.duration" {
+					// 300 µs and 400 µs: in (250 µs, 500 µs], not all in one bucket with the rest.
+					assert.Equal(t, p.Count, p.BucketCounts[2], "round trips of %v", p.Attributes)
+				}
+			}
+		}
+	}
+	assert.Equal(t, 3, seen, "the acquisition's duration, and two nodes' round trips")
+}
