@@ -252,11 +252,7 @@ func TestQuarantineAndHealthGauges(t *testing.T) {
 // case: the SDK's default sampler records every root span), and with spans
 // sampled out (a ratio sampler's usual case), against metrics alone.
 func BenchmarkObserve(b *testing.B) {
-	e := redlock.Event{Op: redlock.OpAcquire, Key: "k", Attempt: 1, Duration: time.Millisecond, Validity: time.Second, Nodes: []redlock.NodeResult{
-		{Node: 0, Name: "node 0 (127.0.0.1:7000)", Outcome: redlock.Granted, Latency: 300 * time.Microsecond},
-		{Node: 1, Name: "node 1 (127.0.0.1:7001)", Outcome: redlock.Granted, Latency: 400 * time.Microsecond},
-		{Node: 2, Name: "node 2 (127.0.0.1:7002)", Outcome: redlock.Unanswered},
-	}}
+	e := acquireEvent("k")
 	for _, bc := range []struct {
 		name    string
 		sampler sdktrace.Sampler

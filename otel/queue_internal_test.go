@@ -15,11 +15,16 @@ import (
 	"github.com/redlock/redlock/redlock"
 )
 
-// firstSpanBlocks is a span processor whose first OnEnd waits for open.
+// firstSpanBlocks is a span processor whose first OnEnd waits for open: a
+// provider that is slow to take a span.
 type firstSpanBlocks struct {
 	blocked, open chan struct{}
 	once          sync.Once
 	ended         atomic.Int64
+}
+
+func newFirstSpanBlocks() *firstSpanBlocks {
+	return &firstSpanBlocks{blocked: make(chan struct{}), open: make(chan struct{})}
 }
 
 func (f *firstSpanBlocks) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
@@ -35,11 +40,46 @@ func (f *firstSpanBlocks) OnEnd(sdktrace.ReadOnlySpan) {
 func (f *firstSpanBlocks) Shutdown(context.Context) error   { return nil }
 func (f *firstSpanBlocks) ForceFlush(context.Context) error { return nil }
 
+// A provider that is slow to take a span does not slow the lock it
+// observes: Observe returns while the recording waits, and Flush records
+// everything once the provider goes on. (A synchronous adapter would block
+// the second Observe, the lock operation's own goroutine, until the
+// provider went on.)
+func TestObserveDoesNotWaitForTheProviders(t *testing.T) {
+	gate := newFirstSpanBlocks()
+	o, err := New(WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))),
+		WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(gate))))
+	require.NoError(t, err)
+	e := redlock.Event{Op: redlock.OpAcquire, Key: "k", Duration: time.Millisecond}
+
+	o.Observe(e)
+	flushed := make(chan struct{})
+	go func() { o.Flush(); close(flushed) }() // records the event, and blocks in the provider
+	<-gate.blocked
+
+	observed := make(chan struct{})
+	go func() { o.Observe(e); close(observed) }()
+	select {
+	case <-observed:
+	case <-time.After(30 * time.Second): // a hang detector, not a speed target
+		t.Fatal("Observe waited for the provider")
+	}
+	select {
+	case <-flushed:
+		t.Fatal("Flush returned before its event was recorded")
+	default:
+	}
+	close(gate.open)
+	<-flushed
+	o.Flush()
+	assert.EqualValues(t, 2, gate.ended.Load(), "both spans")
+}
+
 // While the drain is stuck in a provider, the queue holds at most
 // maxQueued events: Observe records the rest itself, so that memory stays
 // bounded and no event is dropped.
 func TestQueueStaysBoundedWhenRecordingFallsBehind(t *testing.T) {
-	gate := &firstSpanBlocks{blocked: make(chan struct{}), open: make(chan struct{})}
+	gate := newFirstSpanBlocks()
 	o, err := New(WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))),
 		WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(gate))))
 	require.NoError(t, err)

@@ -19,32 +19,6 @@ import (
 	"github.com/redlock/redlock/redlock"
 )
 
-// gatedSpans is a span processor whose first OnEnd blocks until open is
-// closed: a provider that is slow to take a span.
-type gatedSpans struct {
-	blocked chan struct{} // closed when the first OnEnd is waiting
-	open    chan struct{}
-	once    sync.Once
-	ended   atomic.Int64
-}
-
-func newGatedSpans() *gatedSpans {
-	return &gatedSpans{blocked: make(chan struct{}), open: make(chan struct{})}
-}
-
-func (g *gatedSpans) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
-func (g *gatedSpans) OnEnd(sdktrace.ReadOnlySpan) {
-	first := false
-	g.once.Do(func() { first = true })
-	if first {
-		close(g.blocked)
-		<-g.open
-	}
-	g.ended.Add(1)
-}
-func (g *gatedSpans) Shutdown(context.Context) error   { return nil }
-func (g *gatedSpans) ForceFlush(context.Context) error { return nil }
-
 // acquireEvent is an acquisition's event on three nodes, as a Locker
 // reports it.
 func acquireEvent(key string) redlock.Event {
@@ -69,43 +43,6 @@ func acquisitions(t *testing.T, reader *sdkmetric.ManualReader) uint64 {
 		}
 	}
 	return 0
-}
-
-// A provider that is slow to take a span does not slow the lock it
-// observes: Observe returns while the recording waits, and Flush records
-// everything once the provider goes on. (A synchronous adapter would block
-// the second Observe, the lock operation's own goroutine, until the
-// provider went on.)
-func TestObserveDoesNotWaitForTheProviders(t *testing.T) {
-	gate := newGatedSpans()
-	reader := sdkmetric.NewManualReader()
-	o, err := redlockotel.New(
-		redlockotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
-		redlockotel.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(gate))))
-	require.NoError(t, err)
-
-	o.Observe(acquireEvent("k"))
-	flushed := make(chan struct{})
-	go func() { o.Flush(); close(flushed) }() // records the event, and blocks in the provider
-	<-gate.blocked
-
-	observed := make(chan struct{})
-	go func() { o.Observe(acquireEvent("k")); close(observed) }()
-	select {
-	case <-observed:
-	case <-time.After(30 * time.Second): // a hang detector, not a speed target
-		t.Fatal("Observe waited for the provider")
-	}
-	select {
-	case <-flushed:
-		t.Fatal("Flush returned before its event was recorded")
-	default:
-	}
-	close(gate.open)
-	<-flushed
-	o.Flush()
-	assert.EqualValues(t, 2, gate.ended.Load(), "both spans")
-	assert.EqualValues(t, 2, acquisitions(t, reader))
 }
 
 // Without Flush, a queued event is recorded by the drain that its arrival
