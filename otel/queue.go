@@ -2,6 +2,8 @@ package redlockotel
 
 import (
 	"context"
+	"log"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -61,7 +63,7 @@ func (o *Observer) Observe(e redlock.Event) {
 	q.mu.Lock()
 	if len(q.items) >= maxQueued {
 		q.mu.Unlock()
-		o.record(&p)
+		o.recordRecovering(&p)
 		return
 	}
 	q.items = append(q.items, p)
@@ -96,7 +98,10 @@ func (o *Observer) drain() {
 // the Locker's events produced (a test's in-memory reader: after the
 // Locker's Drain, which waits for its background events), and before
 // shutting the providers down, so that the last events are exported.
-// Without it, an event is recorded within milliseconds.
+// Without it, an event is recorded within milliseconds. Flush must not be
+// called from code the recording calls (a span processor's OnStart or
+// OnEnd): the drain would wait for itself, as the SDK's own ForceFlush
+// would.
 func (o *Observer) Flush() {
 	o.recordQueued(false)
 }
@@ -121,11 +126,26 @@ func (o *Observer) recordQueued(last bool) {
 		q.items, q.spare = q.spare[:0], nil
 		q.mu.Unlock()
 		for i := range batch {
-			o.record(&batch[i])
+			o.recordRecovering(&batch[i])
 			batch[i] = pending{} // let its event's nodes and error go
 		}
 		q.mu.Lock()
 		q.spare = batch[:0]
 		q.mu.Unlock()
 	}
+}
+
+// recordRecovering records p, recovering from a provider's panic: the
+// panic is written to the standard logger with its stack, and recording
+// goes on with the next event. Recording runs on the drain's goroutine,
+// where an unrecovered panic would end the process (the Locker recovers an
+// Observer's panic only on its own goroutine), and a panic in the middle of
+// a batch would lose the rest of it.
+func (o *Observer) recordRecovering(p *pending) {
+	defer func() {
+		if r := recover(); r != nil {
+			log.Printf("redlockotel: a provider panicked recording a %v event for %q (recovered; recording went on): %v\n%s", p.e.Op, p.e.Key, r, debug.Stack())
+		}
+	}()
+	o.record(p)
 }
