@@ -11,19 +11,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlock/redlock/internal/redistest"
 	"github.com/redlock/redlock/quorum"
 	"github.com/redlock/redlock/redlock"
 )
-
-// closedAddr is a loopback address where nothing listens.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
 
 // silentAddr accepts connections and never answers.
 func silentAddr(t *testing.T) string {
@@ -59,7 +50,7 @@ func TestNodeErrorsCarryTheDialCause(t *testing.T) {
 	bothTransports(t, func(t *testing.T, direct bool) {
 		var refused, silent []redlock.Node
 		for range 3 {
-			refused = append(refused, newClient(t, closedAddr(t)))
+			refused = append(refused, newClient(t, redistest.RefusingAddr(t)))
 			silent = append(silent, newClient(t, silentAddr(t)))
 		}
 		opts := &redlock.Options{NodeTimeout: 200 * time.Millisecond, NoAutoPipeline: direct}
@@ -98,7 +89,7 @@ func TestNodeErrorsCarryTheDialCause(t *testing.T) {
 // back, silent, and its error says only that no reply came.
 func TestAnOldDialFailureIsNotTheCause(t *testing.T) {
 	bothTransports(t, func(t *testing.T, direct bool) {
-		addr := closedAddr(t)
+		addr := redistest.RefusingAddr(t)
 		client := newClient(t, addr)
 		l := newLocker(t, []redlock.Node{client}, &redlock.Options{NodeTimeout: 100 * time.Millisecond, NoAutoPipeline: direct})
 		_, err := l.TryLock(t.Context(), "k", time.Second)

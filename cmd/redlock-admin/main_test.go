@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"net"
 	"os/exec"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock/redlock/internal/redisproc"
+	"github.com/redlock/redlock/internal/redistest"
 	"github.com/redlock/redlock/redlock"
 )
 
@@ -136,10 +136,7 @@ func TestInspectAndRevoke(t *testing.T) {
 // failed; the others are read.
 func TestInspectWithANodeDown(t *testing.T) {
 	nodes, _, _ := deployment(t, 2, "")
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	down := ln.Addr().String()
-	ln.Close()
+	down := redistest.RefusingAddr(t)
 	code, out, errOut := admin(t, "-nodes", nodes+","+down, "-timeout", "300ms", "inspect", "k")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errOut, "1 of 3 nodes could not be read")

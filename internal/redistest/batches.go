@@ -1,7 +1,8 @@
 // Package redistest holds go-redis helpers for the module's tests: a hook
 // that shows how a client's commands went out and can hold them (Batches),
-// a server's error reply as go-redis reads it (ServerError), and a node
-// whose slot migrates (MigratingSlot).
+// a server's error reply as go-redis reads it (ServerError), a node whose
+// slot migrates (MigratingSlot), and an address that refuses connections
+// (RefusingAddr).
 package redistest
 
 import (

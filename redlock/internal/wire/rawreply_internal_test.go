@@ -11,6 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/internal/redistest"
 )
 
 // Every scalar reply reads as go-redis would read it; what is not a scalar
@@ -101,11 +103,7 @@ func TestSetRawMatchesGoRedis(t *testing.T) {
 
 // A network error on the RawCmd is the command's error.
 func TestSetRawKeepsNetworkErrors(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close()) // nothing listens there now
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	c := redis.NewClient(&redis.Options{Addr: redistest.RefusingAddr(t), MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
 	raw := redis.NewRawCmd(context.Background(), "SET", "k", "v", "NX", "PX", 1000, "GET")
 	_ = c.Process(context.Background(), raw)
