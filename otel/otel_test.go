@@ -277,3 +277,36 @@ func BenchmarkObserve(b *testing.B) {
 		})
 	}
 }
+
+// Both duration histograms count in buckets from 100 µs to 10 s: a lock's
+// round trips are mostly under a millisecond, and the SDK's default
+// boundaries (0, 5, 10, ... in seconds) would put them all in one bucket.
+func TestDurationHistogramsHaveBucketsForLockLatencies(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	o, err := redlockotel.New(redlockotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
+		redlockotel.WithTracerProvider(sdktrace.NewTracerProvider()))
+	require.NoError(t, err)
+	o.Observe(acquireEvent("k"))
+	o.Flush()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(context.Background(), &rm))
+	want := []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+	seen := 0
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			h, ok := m.Data.(metricdata.Histogram[float64])
+			if !ok {
+				continue
+			}
+			for _, p := range h.DataPoints {
+				seen++
+				assert.Equal(t, want, p.Bounds, m.Name)
+				if m.Name == "db.client.operation.duration" {
+					// 300 µs and 400 µs: in (250 µs, 500 µs], not all in one bucket with the rest.
+					assert.Equal(t, p.Count, p.BucketCounts[2], "round trips of %v", p.Attributes)
+				}
+			}
+		}
+	}
+	assert.Equal(t, 3, seen, "the acquisition's duration, and two nodes' round trips")
+}

@@ -4,49 +4,14 @@
 package redlockotel
 
 import (
-	"context"
 	"os"
 	"os/exec"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-
-	"github.com/redlock/redlock/redlock"
 )
-
-// panicOnce is a span processor whose first OnEnd panics; it counts every
-// OnEnd (the panicking one too).
-type panicOnce struct {
-	ended    atomic.Int64
-	panicked chan struct{}
-	once     sync.Once
-}
-
-func newPanicOnce() *panicOnce { return &panicOnce{panicked: make(chan struct{})} }
-
-func (p *panicOnce) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
-func (p *panicOnce) OnEnd(sdktrace.ReadOnlySpan) {
-	p.ended.Add(1)
-	first := false
-	p.once.Do(func() { first = true })
-	if first {
-		close(p.panicked)
-		panic("provider bug")
-	}
-}
-func (p *panicOnce) Shutdown(context.Context) error   { return nil }
-func (p *panicOnce) ForceFlush(context.Context) error { return nil }
-
-func attackEvent(key string) redlock.Event {
-	return redlock.Event{Op: redlock.OpAcquire, Key: key, Attempt: 1, Duration: time.Millisecond}
-}
 
 // redlock.Observer's contract: "A panicking Observer does not break the
 // operation it observes: the panic is recovered". With the synchronous
@@ -57,17 +22,13 @@ func attackEvent(key string) redlock.Event {
 // panicking drain).
 func TestAttackProviderPanicInDrainKillsProcess(t *testing.T) {
 	if os.Getenv("ATTACK_CHILD") == "1" {
-		p := newPanicOnce()
-		o, err := New(WithMeterProvider(sdkmetric.NewMeterProvider()),
-			WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(p))))
-		if err != nil {
-			os.Exit(3)
-		}
-		o.Observe(attackEvent("k")) // its drain (the timer's) panics in the provider
-		<-p.panicked
+		p, panicked := panicFirstSpan()
+		o := observerOn(t, nil, p)
+		o.Observe(plainAcquire) // its drain (the timer's) panics in the provider
+		<-panicked
 		// A later event must still be recorded without Flush (the queue
 		// must not stay armed forever after a drain's panic).
-		o.Observe(attackEvent("k"))
+		o.Observe(plainAcquire)
 		deadline := time.Now().Add(30 * time.Second)
 		for p.ended.Load() < 2 {
 			if time.Now().After(deadline) {
@@ -95,17 +56,15 @@ func TestAttackProviderPanicInDrainKillsProcess(t *testing.T) {
 // is dropped"), until recordRecovering. The queue is armed as a pending timer would
 // leave it (deterministic: no drain races with Flush for the batch).
 func TestAttackProviderPanicInFlushDropsRestOfBatch(t *testing.T) {
-	p := newPanicOnce()
+	p, _ := panicFirstSpan()
 	reader := sdkmetric.NewManualReader()
-	o, err := New(WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
-		WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(p))))
-	require.NoError(t, err)
+	o := observerOn(t, reader, p)
 	o.queue.mu.Lock()
 	o.queue.armed = true // a drain is scheduled (its timer not yet fired)
 	o.queue.mu.Unlock()
 
 	for range 5 {
-		o.Observe(attackEvent("k"))
+		o.Observe(plainAcquire)
 	}
 	func() {
 		defer func() { _ = recover() }()
@@ -113,17 +72,5 @@ func TestAttackProviderPanicInFlushDropsRestOfBatch(t *testing.T) {
 	}()
 	o.Flush()
 	assert.EqualValues(t, 5, p.ended.Load(), "every observed event's span ended once")
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, reader.Collect(context.Background(), &rm))
-	var count uint64
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name == "redlock.operation.duration" {
-				for _, dp := range m.Data.(metricdata.Histogram[float64]).DataPoints {
-					count += dp.Count
-				}
-			}
-		}
-	}
-	assert.EqualValues(t, 5, count, "every observed event's duration recorded")
+	assert.EqualValues(t, 5, acquisitions(t, reader), "every observed event's duration recorded")
 }

@@ -1,44 +1,11 @@
 package redlockotel
 
 import (
-	"context"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-
-	"github.com/redlock/redlock/redlock"
 )
-
-// firstSpanBlocks is a span processor whose first OnEnd waits for open: a
-// provider that is slow to take a span.
-type firstSpanBlocks struct {
-	blocked, open chan struct{}
-	once          sync.Once
-	ended         atomic.Int64
-}
-
-func newFirstSpanBlocks() *firstSpanBlocks {
-	return &firstSpanBlocks{blocked: make(chan struct{}), open: make(chan struct{})}
-}
-
-func (f *firstSpanBlocks) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
-func (f *firstSpanBlocks) OnEnd(sdktrace.ReadOnlySpan) {
-	f.ended.Add(1)
-	first := false
-	f.once.Do(func() { first = true })
-	if first {
-		close(f.blocked)
-		<-f.open
-	}
-}
-func (f *firstSpanBlocks) Shutdown(context.Context) error   { return nil }
-func (f *firstSpanBlocks) ForceFlush(context.Context) error { return nil }
 
 // A provider that is slow to take a span does not slow the lock it
 // observes: Observe returns while the recording waits, and Flush records
@@ -46,16 +13,14 @@ func (f *firstSpanBlocks) ForceFlush(context.Context) error { return nil }
 // the second Observe, the lock operation's own goroutine, until the
 // provider went on.)
 func TestObserveDoesNotWaitForTheProviders(t *testing.T) {
-	gate := newFirstSpanBlocks()
-	o, err := New(WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))),
-		WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(gate))))
-	require.NoError(t, err)
-	e := redlock.Event{Op: redlock.OpAcquire, Key: "k", Duration: time.Millisecond}
+	gate, blocked, open := blockFirstSpan()
+	o := observerOn(t, nil, gate)
+	e := plainAcquire
 
 	o.Observe(e)
 	flushed := make(chan struct{})
 	go func() { o.Flush(); close(flushed) }() // records the event, and blocks in the provider
-	<-gate.blocked
+	<-blocked
 
 	observed := make(chan struct{})
 	go func() { o.Observe(e); close(observed) }()
@@ -69,7 +34,7 @@ func TestObserveDoesNotWaitForTheProviders(t *testing.T) {
 		t.Fatal("Flush returned before its event was recorded")
 	default:
 	}
-	close(gate.open)
+	close(open)
 	<-flushed
 	o.Flush()
 	assert.EqualValues(t, 2, gate.ended.Load(), "both spans")
@@ -79,16 +44,14 @@ func TestObserveDoesNotWaitForTheProviders(t *testing.T) {
 // maxQueued events: Observe records the rest itself, so that memory stays
 // bounded and no event is dropped.
 func TestQueueStaysBoundedWhenRecordingFallsBehind(t *testing.T) {
-	gate := newFirstSpanBlocks()
-	o, err := New(WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))),
-		WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(gate))))
-	require.NoError(t, err)
-	e := redlock.Event{Op: redlock.OpAcquire, Key: "k", Duration: time.Millisecond}
+	gate, blocked, open := blockFirstSpan()
+	o := observerOn(t, nil, gate)
+	e := plainAcquire
 
 	for range drainBatch { // a full batch starts the drain, which sticks on its first span
 		o.Observe(e)
 	}
-	<-gate.blocked
+	<-blocked
 	const extra = 100
 	longest := 0
 	for range maxQueued + extra {
@@ -100,7 +63,7 @@ func TestQueueStaysBoundedWhenRecordingFallsBehind(t *testing.T) {
 	assert.Equal(t, maxQueued, longest, "the queue filled to its bound, and no further")
 	assert.GreaterOrEqual(t, gate.ended.Load(), int64(extra+1), "the events past the bound were recorded by Observe itself (and the drain's first)")
 
-	close(gate.open)
+	close(open)
 	o.Flush()
 	assert.EqualValues(t, drainBatch+maxQueued+extra, gate.ended.Load(), "every event recorded once")
 	o.queue.mu.Lock()

@@ -1,7 +1,6 @@
 package redlockotel_test
 
 import (
-	"context"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -10,9 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	redlockotel "github.com/redlock/redlock/otel"
@@ -29,22 +26,6 @@ func acquireEvent(key string) redlock.Event {
 	}}
 }
 
-// acquisitions is how many acquisitions reader's redlock.operation.duration
-// has recorded.
-func acquisitions(t *testing.T, reader *sdkmetric.ManualReader) uint64 {
-	t.Helper()
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, reader.Collect(context.Background(), &rm))
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			if m.Name == "redlock.operation.duration" {
-				return histogramCount(t, m, attribute.String("redlock.operation", "acquire"))
-			}
-		}
-	}
-	return 0
-}
-
 // Without Flush, a queued event is recorded by the drain that its arrival
 // scheduled.
 func TestQueuedEventsAreRecordedWithoutFlush(t *testing.T) {
@@ -54,7 +35,7 @@ func TestQueuedEventsAreRecordedWithoutFlush(t *testing.T) {
 	require.NoError(t, err)
 	for round := 1; round <= 3; round++ { // each round after the last one's drain has ended
 		o.Observe(acquireEvent("k"))
-		require.Eventually(t, func() bool { return acquisitions(t, reader) == uint64(round) }, 30*time.Second, time.Millisecond,
+		require.Eventually(t, func() bool { return redlockotel.Acquisitions(t, reader) == uint64(round) }, 30*time.Second, time.Millisecond,
 			"round %d: recorded without Flush", round)
 	}
 }
@@ -92,7 +73,7 @@ func TestFlushRecordsEveryEventObservedBeforeItUnderRandomSchedules(t *testing.T
 			for range flushes {
 				before := observed.Load()
 				o.Flush()
-				if got := acquisitions(t, reader); got < uint64(before) {
+				if got := redlockotel.Acquisitions(t, reader); got < uint64(before) {
 					t.Errorf("seed %d: after Flush, %d recorded of the %d observed before it", seed, got, before)
 				}
 				time.Sleep(time.Millisecond)
@@ -100,39 +81,6 @@ func TestFlushRecordsEveryEventObservedBeforeItUnderRandomSchedules(t *testing.T
 		})
 		wg.Wait()
 		o.Flush()
-		assert.EqualValues(t, total, acquisitions(t, reader), "seed %d: each event recorded once", seed)
+		assert.EqualValues(t, total, redlockotel.Acquisitions(t, reader), "seed %d: each event recorded once", seed)
 	}
-}
-
-// Both duration histograms count in buckets from 100 µs to 10 s: a lock's
-// round trips are mostly under a millisecond, and the SDK's default
-// boundaries (0, 5, 10, ... in seconds) would put them all in one bucket.
-func TestDurationHistogramsHaveBucketsForLockLatencies(t *testing.T) {
-	reader := sdkmetric.NewManualReader()
-	o, err := redlockotel.New(redlockotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
-		redlockotel.WithTracerProvider(sdktrace.NewTracerProvider()))
-	require.NoError(t, err)
-	o.Observe(acquireEvent("k"))
-	o.Flush()
-	var rm metricdata.ResourceMetrics
-	require.NoError(t, reader.Collect(context.Background(), &rm))
-	want := []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
-	seen := 0
-	for _, sm := range rm.ScopeMetrics {
-		for _, m := range sm.Metrics {
-			h, ok := m.Data.(metricdata.Histogram[float64])
-			if !ok {
-				continue
-			}
-			for _, p := range h.DataPoints {
-				seen++
-				assert.Equal(t, want, p.Bounds, m.Name)
-				if m.Name == "db.client.operation.duration" {
-					// 300 µs and 400 µs: in (250 µs, 500 µs], not all in one bucket with the rest.
-					assert.Equal(t, p.Count, p.BucketCounts[2], "round trips of %v", p.Attributes)
-				}
-			}
-		}
-	}
-	assert.Equal(t, 3, seen, "the acquisition's duration, and two nodes' round trips")
 }

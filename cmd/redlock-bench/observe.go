@@ -42,56 +42,29 @@ var observedImpls = map[string]string{
 	"redlock-otel-1pct": "Observer redlockotel (SDK meter with a manual reader; 1% of traces sampled, then dropped)",
 }
 
-// eventCounter counts events by Op, and passes each to next (if any). The
-// counts are striped by key: every client goroutine adding to the same two
-// counters (acquire, unlock) passed their cache line between the cores on
-// every event, a cost of the measuring, not of what is measured.
+// eventCounter counts events by Op, and passes each to next (if any).
 type eventCounter struct {
-	stripes [counterStripes]counterStripe
-	next    redlock.Observer
-}
-
-// counterStripes is how many stripes an eventCounter spreads its counts
-// over (the CLI's keys are distinct per client, up to -keys).
-const counterStripes = 16
-
-// counterStripe is one stripe's counts by Op, alone on its cache lines.
-type counterStripe struct {
 	counts [32]atomic.Int64 // by Op; Ops() are far fewer
-	_      [64]byte
+	next   redlock.Observer
 }
 
 func (c *eventCounter) Observe(e redlock.Event) {
-	if int(e.Op) < len(c.stripes[0].counts) {
-		c.stripes[stripeOf(e.Key)].counts[e.Op].Add(1)
+	if int(e.Op) < len(c.counts) {
+		c.counts[e.Op].Add(1)
 	}
 	if c.next != nil {
 		c.next.Observe(e)
 	}
 }
 
-// stripeOf is key's stripe (FNV-1a).
-func stripeOf(key string) int {
-	h := uint32(2166136261)
-	for i := 0; i < len(key); i++ {
-		h = (h ^ uint32(key[i])) * 16777619
-	}
-	return int(h % counterStripes)
-}
-
 // snapshot returns the counts so far, by Op.
 func (c *eventCounter) snapshot() map[string]int64 {
 	out := map[string]int64{}
 	for _, op := range redlock.Ops() {
-		if int(op) >= len(c.stripes[0].counts) {
-			continue
-		}
-		var n int64
-		for i := range c.stripes {
-			n += c.stripes[i].counts[op].Load()
-		}
-		if n > 0 {
-			out[op.String()] = n
+		if int(op) < len(c.counts) {
+			if n := c.counts[op].Load(); n > 0 {
+				out[op.String()] = n
+			}
 		}
 	}
 	return out

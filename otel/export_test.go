@@ -1,0 +1,4 @@
+package redlockotel
+
+// Acquisitions is acquisitions, for the package's external tests.
+var Acquisitions = acquisitions
