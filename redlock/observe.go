@@ -205,11 +205,16 @@ func newLatencies(n int) *latencies {
 	return t
 }
 
-// arrived records node i's reply now.
-func (t *latencies) arrived(i int) {
-	if t != nil {
-		t.at[i].Store(int64(time.Since(t.start)) + 1)
+// arrived records node i's reply, which came back at received (zero:
+// now).
+func (t *latencies) arrived(i int, received time.Time) {
+	if t == nil {
+		return
 	}
+	if received.IsZero() {
+		received = time.Now()
+	}
+	t.at[i].Store(int64(max(received.Sub(t.start), 0)) + 1)
 }
 
 // of is node i's latency, 0 where it has not replied.

@@ -588,3 +588,42 @@ func TestEventsCarryEveryNodeOfLargerDeployments(t *testing.T) {
 		})
 	}
 }
+
+// Each node's latency in an event is its own round trip, timed by the
+// transport (the time its reply, or its pipeline batch, came back): a node
+// 60ms away that the decision waited for shows at least 60ms, and no node
+// more than the operation took. On both transports, since each times its
+// replies its own way.
+func TestEventLatenciesAreEachNodesRoundTrip(t *testing.T) {
+	const away = 60 * time.Millisecond
+	for _, direct := range []bool{false, true} {
+		t.Run(map[bool]string{false: "pipeline", true: "direct"}[direct], func(t *testing.T) {
+			c := newCluster(t, 3)
+			proxies, nodes := c.proxied(t)
+			proxies[0].SetDelay(0, away) // replies come back late from nodes 0 and 1:
+			proxies[1].SetDelay(0, away) // the majority waits for one of them
+			rec := &recorder{}
+			l, err := redlock.New(nodes, &redlock.Options{Observer: rec, NodeTimeout: 5 * time.Second, NoAutoPipeline: direct})
+			require.NoError(t, err)
+			lease, err := l.TryLock(t.Context(), "k", 10*time.Second)
+			require.NoError(t, err)
+			require.NoError(t, lease.Unlock(t.Context()))
+			drain(t, l)
+			for _, op := range []redlock.Op{redlock.OpAcquire, redlock.OpUnlock} {
+				e := rec.one(t, op)
+				far := 0
+				for _, n := range e.Nodes {
+					if n.Latency == 0 {
+						continue // not waited for
+					}
+					assert.LessOrEqual(t, n.Latency, e.Duration, "%v: node %d took longer than the operation", op, n.Node)
+					if n.Node < 2 {
+						far++
+						assert.GreaterOrEqual(t, n.Latency, away, "%v: node %d is %v away", op, n.Node, away)
+					}
+				}
+				assert.Positive(t, far, "%v: the decision waited for a far node: %+v", op, e.Nodes)
+			}
+		})
+	}
+}

@@ -40,7 +40,7 @@ var _ wire.Receiver = (*ballot)(nil)
 // counts the call as over. Both transports deliver every reply here.
 func (b *ballot) Receive(i int, r wire.Reply) {
 	o, err := vote(b, i, r)
-	b.timing.arrived(i)
+	b.timing.arrived(i, r.Received)
 	if o == Taken && b.contended != nil {
 		b.contended()
 	}

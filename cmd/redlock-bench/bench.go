@@ -177,6 +177,9 @@ func bench(ctx context.Context, im *impl, cfg config, progress io.Writer) *resul
 		})
 	}
 	wg.Wait()
+	if im.settle != nil {
+		im.settle()
+	}
 	res.Elapsed = time.Since(start)
 	granted(res.Elapsed)
 	res.LongestGap = time.Duration(longestGap.Load())

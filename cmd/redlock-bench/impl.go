@@ -40,6 +40,11 @@ type impl struct {
 	// -lockers); cycle is then client 0's.
 	cycleFor func(client int) cycler
 	drain    func() // waits for background work, between implementations
+	// settle finishes the work of a turn that is the implementation's own
+	// but runs after its operations returned (an Observer's queued
+	// recording), inside the turn's time: each implementation pays for its
+	// own, where the next turn would otherwise pay for it. nil: none.
+	settle func()
 	// warning is said before the run: here, the nodes Locker.Warm could not
 	// ready (the run goes on; their calls fail or dial on first use).
 	warning string
@@ -195,7 +200,7 @@ func newRedlock(ctx context.Context, d *deployment, cfg config) (*impl, error) {
 	}
 	if counter != nil {
 		im.about += ", " + observedImpls[cfg.observer]
-		im.events = counter.snapshot
+		im.events, im.settle = counter.snapshot, counter.flush
 	}
 	switch {
 	case !cfg.replicate:

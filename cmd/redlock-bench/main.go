@@ -132,6 +132,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -272,7 +273,8 @@ func measure(ctx context.Context, cfg config, out, stderr io.Writer) (_ *measure
 	share.ops /= cfg.rounds
 	m.results = make([]*result, len(m.impls))
 	for round := range cfg.rounds {
-		for i, im := range m.impls {
+		for _, i := range turnOrder(round, len(m.impls)) {
+			im := m.impls[i]
 			if round == cfg.rounds-1 && cfg.ops > 0 {
 				share.ops = cfg.ops - (cfg.rounds-1)*(cfg.ops/cfg.rounds)
 			}
@@ -317,6 +319,23 @@ func measure(ctx context.Context, cfg config, out, stderr io.Writer) (_ *measure
 		}
 	}
 	return m, nil
+}
+
+// turnOrder is the order of the implementations' turns in round (of
+// n implementations): as given in the first round, shuffled in the others
+// (the same shuffles in every run), so that what a turn leaves behind
+// (garbage to collect, caches, the servers' state) falls on each
+// implementation alike, not always on the one listed after it.
+func turnOrder(round, n int) []int {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	if round > 0 {
+		r := rand.New(rand.NewPCG(uint64(round), 0x7475726e)) // "turn"
+		r.Shuffle(n, func(i, j int) { order[i], order[j] = order[j], order[i] })
+	}
+	return order
 }
 
 func isTerminal(w io.Writer) bool {

@@ -46,6 +46,10 @@ var observedImpls = map[string]string{
 type eventCounter struct {
 	counts [32]atomic.Int64 // by Op; Ops() are far fewer
 	next   redlock.Observer
+	// flush records what next has queued and not yet recorded (the
+	// OpenTelemetry adapter records off the lock's path); nil where next
+	// records as it observes.
+	flush func()
 }
 
 func (c *eventCounter) Observe(e redlock.Event) {
@@ -96,7 +100,7 @@ func observerFor(name string) (*eventCounter, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.next = o
+		c.next, c.flush = o, o.Flush
 		return c, nil
 	}
 	return nil, fmt.Errorf("unknown observed implementation %q", name)

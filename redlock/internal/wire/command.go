@@ -196,6 +196,12 @@ type Reply struct {
 	// (the direct transport); 0 otherwise (the pipeline times batches: see
 	// Pipeline.OnTrip).
 	RTT time.Duration
+	// Received is when the call came back (its reply read, or its
+	// failure met) where the transport read its clock then: for a
+	// pipeline's batch, when the batch came back (after any command ran
+	// again). Zero where it did not (a call refused before it was sent).
+	// Events time each node's reply with it: no clock reading of their own.
+	Received time.Time
 	// Uncounted: the transport refused or skipped the call before queuing
 	// it (Send.Skip, a full or stalled pipeline), so that its failure is
 	// not counted against the node's recent record.

@@ -60,6 +60,7 @@ func (d *Direct[R]) Submit(ctx context.Context, c Command, s Send, to Receiver, 
 
 func (d *Direct[R]) call(ctx context.Context, c Command, s Send, to Receiver, node int) {
 	var took time.Duration // the call's round trip, once sent
+	var received time.Time // when it came back, once sent
 	r := func() Reply {
 		if s.After != nil {
 			<-s.After.Settled(node)
@@ -76,7 +77,7 @@ func (d *Direct[R]) call(ctx context.Context, c Command, s Send, to Receiver, no
 		}
 		defer d.sending.Add(-1)
 		sent := time.Now()
-		defer func() { took = time.Since(sent) }()
+		defer func() { received = time.Now(); took = received.Sub(sent) }()
 		callCtx, cancel := context.WithTimeout(ctx, s.Timeout)
 		defer cancel()
 		if s.Await != nil {
@@ -106,7 +107,7 @@ func (d *Direct[R]) call(ctx context.Context, c Command, s Send, to Receiver, no
 	if s.Finish != nil {
 		s.Finish()
 	}
-	r.RTT = took
+	r.RTT, r.Received = took, received
 	to.Receive(node, r)
 }
 

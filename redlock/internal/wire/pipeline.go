@@ -146,14 +146,15 @@ type job struct {
 	node          int
 }
 
-// deliver hands j's reply to its receiver.
-func (j *job) deliver() {
+// deliver hands j's reply, read at received (zero: no reply was read), to
+// its receiver.
+func (j *job) deliver(received time.Time) {
 	if err := j.cmd.Err(); errors.Is(err, context.DeadlineExceeded) {
 		// The batch's own context, never the caller's: a node timeout must
 		// not look like the caller's deadline.
 		j.cmd.SetErr(nodeTimeout(j.timeout, err))
 	}
-	j.to.Receive(j.node, Reply{Cmd: j.cmd, NotReplicated: j.notReplicated, Verdict: j.verdict})
+	j.to.Receive(j.node, Reply{Cmd: j.cmd, NotReplicated: j.notReplicated, Verdict: j.verdict, Received: received})
 }
 
 // NewPipeline returns the pipeline of client. w is the WAIT that follows
@@ -209,7 +210,7 @@ func (p *Pipeline[R]) submit(j job) bool {
 			return false
 		}
 		j.cmd.SetVal(int64(1)) // the value never reached the node: released
-		j.deliver()
+		j.deliver(time.Time{})
 		return true
 	}
 	p.queue = append(p.queue, j)
@@ -288,7 +289,7 @@ func (p *Pipeline[R]) withdraw(key, value string) (set bool) {
 			continue
 		}
 		j.cmd.SetErr(ErrWithdrawn)
-		j.deliver() // never blocks
+		j.deliver(time.Time{}) // never blocks
 	}
 	clear(p.queue[len(kept):])
 	p.queue = kept
@@ -310,7 +311,7 @@ func (p *Pipeline[R]) stalled() bool {
 		for i := range p.queue {
 			j := &p.queue[i]
 			j.cmd.SetErr(ErrNodeBusy)
-			j.deliver() // never blocks
+			j.deliver(time.Time{}) // never blocks
 		}
 		clear(p.queue)
 		p.queue = p.queue[:0]
@@ -500,8 +501,12 @@ func (p *Pipeline[R]) exec(batch []job) {
 			}
 		}
 	}
+	received := t.received
+	if reran {
+		received = time.Now() // the reruns' replies came back after the batch's
+	}
 	for i := range batch {
-		batch[i].deliver()
+		batch[i].deliver(received)
 	}
 }
 
