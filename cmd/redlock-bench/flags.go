@@ -135,7 +135,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.ttl, "ttl", 10*time.Second, "lock TTL")
 	fs.DurationVar(&c.hold, "hold", 0, "time inside the critical section")
 	fs.DurationVar(&c.duration, "duration", 2*time.Second, "how long to run each implementation")
-	fs.IntVar(&c.rounds, "rounds", 1, "run the implementations in turn this many times, each for a share of -duration (or -ops), and merge the shares: interleaving puts them under the same noise on a shared machine (turns of about 100 ms cancel it best)")
+	fs.IntVar(&c.rounds, "rounds", 1, "run the implementations in turn this many times, each for a share of -duration (or -ops), and merge the shares: interleaving puts them under the same noise on a shared machine (turns of about 100 ms cancel it best); rounds after the first run in shuffled orders (the same in every run)")
 	fs.IntVar(&c.ops, "ops", 0, "run this many cycles per implementation instead of -duration")
 	fs.BoolVar(&c.fencing, "fencing", false, "issue fencing tokens (redlock only)")
 	fs.BoolVar(&c.noPipeline, "no-autopipeline", false, "redlock: a pooled connection per command (Options.NoAutoPipeline) instead of one auto-pipeline per node")

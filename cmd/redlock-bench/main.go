@@ -51,7 +51,10 @@
 //	                machine this puts them under the same noise. Short turns
 //	                cancel it best: on a shared 2-vCPU VM, one implementation
 //	                run against itself differed by up to 5% in 2 s turns and
-//	                by 1% or less in 100 ms turns (-duration 30s -rounds 300)
+//	                by 1% or less in 100 ms turns (-duration 30s -rounds 300).
+//	                Rounds after the first run in shuffled orders, the same
+//	                in every run; a turn's time includes its Observer's
+//	                queued recording
 //	-mode M         trylock (one attempt per cycle), lock (wait), or do (Locker.Do)
 //	-fencing        issue fencing tokens
 //	-key-prefix P   lock names begin with P (redlock-bench:), to match an ACL user's key patterns
