@@ -596,14 +596,17 @@ func TestEventsCarryEveryNodeOfLargerDeployments(t *testing.T) {
 // replies its own way.
 func TestEventLatenciesAreEachNodesRoundTrip(t *testing.T) {
 	const away = 60 * time.Millisecond
-	for _, direct := range []bool{false, true} {
-		t.Run(map[bool]string{false: "pipeline", true: "direct"}[direct], func(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		direct bool
+	}{{"pipeline", false}, {"direct", true}} {
+		t.Run(tc.name, func(t *testing.T) {
 			c := newCluster(t, 3)
 			proxies, nodes := c.proxied(t)
 			proxies[0].SetDelay(0, away) // replies come back late from nodes 0 and 1:
 			proxies[1].SetDelay(0, away) // the majority waits for one of them
 			rec := &recorder{}
-			l, err := redlock.New(nodes, &redlock.Options{Observer: rec, NodeTimeout: 5 * time.Second, NoAutoPipeline: direct})
+			l, err := redlock.New(nodes, &redlock.Options{Observer: rec, NodeTimeout: 5 * time.Second, NoAutoPipeline: tc.direct})
 			require.NoError(t, err)
 			lease, err := l.TryLock(t.Context(), "k", 10*time.Second)
 			require.NoError(t, err)
