@@ -10,18 +10,23 @@
 //	redlock.contention          counter: acquire attempts that found the lock held
 //	redlock.node.unavailable    counter: node votes that failed or did not reply, including
 //	                            those a decision did not wait for that failed afterwards
-//	                            (redlock.operation, server.address, server.port)
+//	                            (redlock.operation, error.type, server.address, server.port)
 //	redlock.lease.lost          counter: leases lost while Do's function ran
 //	redlock.node.quarantines    counter: nodes the node guard began to keep out of the quorum
 //	redlock.node.clock_alarms   counter: node clocks seen to jump or run fast
 //	redlock.node.rtt            gauge, s: each node's recent round trip (ObserveHealth)
 //	redlock.node.clock_rate     gauge, {ppm}: each node's measured clock rate (ObserveHealth)
 //
-// and each node's round trip as OpenTelemetry's database conventions name a
-// client call, as go-redis's own instrumentation does:
-// db.client.operation.duration (s) with db.system.name = redis,
-// db.operation.name (SET for a plain acquisition, EVALSHA for the scripts),
-// server.address, server.port, and error.type where the node failed.
+// and each round trip to a node (redlock.RoundTripObserver) as
+// OpenTelemetry's database conventions name a client call, as go-redis's
+// own instrumentation does: db.client.operation.duration (s) with
+// db.system.name = redis, db.operation.name (SET for a plain acquisition,
+// EVALSHA for the scripts, PIPELINE for a batch of several commands, which
+// a node's auto-pipeline sends under load, as go-redis names a pipeline),
+// server.address, server.port, and where the trip failed error.type
+// (timeout, the error reply's prefix, or _OTHER) and, for an error reply,
+// db.response.status_code. Round trips are recorded whether or not a
+// decision waited for them: a node slower than the majority shows there.
 //
 // Both histograms advise bucket boundaries from 100 µs to 10 s.
 //
@@ -109,15 +114,20 @@ type Observer struct {
 }
 
 // nodeSets are one node's attribute sets: server.address and server.port,
-// and per operation the round trip's set when the node answered.
+// db.client.operation.duration's of a round trip that went well by its
+// db.operation.name, and redlock.node.unavailable's by operation and
+// error.type.
 type nodeSets struct {
-	name    string
-	server  []attribute.KeyValue
-	answers [][]metric.RecordOption // [op]: db.client.operation.duration of a reply
-	failed  [][]metric.AddOption    // [op]: redlock.node.unavailable
+	name   string
+	server []attribute.KeyValue
+	trips  map[string][]metric.RecordOption // by db.operation.name: SET, EVALSHA, PIPELINE, and others as they come (under Observer.nodesMu)
+	set    []metric.RecordOption            // trips["SET"], looked up without a lock
+	script []metric.RecordOption            // trips["EVALSHA"]
+	batch  []metric.RecordOption            // trips["PIPELINE"]
+	failed [][]metric.AddOption             // [op][errorTypes index]
 }
 
-var _ redlock.Observer = (*Observer)(nil)
+var _ redlock.RoundTripObserver = (*Observer)(nil)
 
 // New returns an Observer whose instruments are created once, here.
 func New(opts ...Option) (*Observer, error) {
@@ -201,9 +211,14 @@ func outcomeOf(e redlock.Event) int {
 	return 6
 }
 
-// record records an observed event: its metrics and its span.
+// record records an observed event (its metrics and its span), or a round
+// trip.
 func (o *Observer) record(p *pending) {
 	ctx := context.Background()
+	if p.e.Op == 0 {
+		o.roundTrip(ctx, &p.trip)
+		return
+	}
 	e := p.e
 	outcome := outcomeOf(e)
 	switch e.Op {
@@ -220,7 +235,7 @@ func (o *Observer) record(p *pending) {
 		o.clockAlarms.Add(ctx, 1, metric.WithAttributes(o.serverOf(e.Nodes)...))
 	case redlock.OpLateFailure: // nodes the decision did not wait for, failed since
 		for _, n := range e.Nodes {
-			o.unavailable.Add(ctx, 1, o.node(n.Node, n.Name).failed[e.Of]...)
+			o.unavailable.Add(ctx, 1, o.node(n.Node, n.Name).failed[e.Of][errorType(n.Err)])
 		}
 	}
 	if e.Op == redlock.OpAcquire && outcome == 2 {
@@ -229,39 +244,77 @@ func (o *Observer) record(p *pending) {
 	o.span(e, outcome, p.end, p.parent)
 }
 
-// nodes records each node's round trip and its unavailability.
+// nodes counts the nodes whose votes failed, by error.type. Each node's
+// round trips are recorded as they come back (roundTrip), not here: an
+// event has none for a node its decision did not wait for.
 func (o *Observer) nodes(ctx context.Context, e redlock.Event) {
 	for _, n := range e.Nodes {
-		failed := n.Outcome == redlock.Failed && n.Err != nil
-		if !failed && n.Latency <= 0 {
-			continue // not answered before the decision, nor failed: nothing was measured
+		if n.Outcome == redlock.Failed && n.Err != nil {
+			o.unavailable.Add(ctx, 1, o.node(n.Node, n.Name).failed[e.Op][errorType(n.Err)])
 		}
-		sets := o.node(n.Node, n.Name)
-		if !failed {
-			o.dbDuration.Record(ctx, n.Latency.Seconds(), sets.answers[dbOp(e)]...)
-			continue
-		}
-		o.unavailable.Add(ctx, 1, sets.failed[e.Op]...)
-		latency := n.Latency
-		if latency <= 0 {
-			latency = e.Duration // no reply: it took the whole round
-		}
-		attrs := append([]attribute.KeyValue{
-			attribute.String("db.system.name", "redis"),
-			attribute.String("db.operation.name", dbOperation(e.Op, e.Token)),
-			attribute.String("error.type", errorType(n.Err)),
-		}, sets.server...)
-		o.dbDuration.Record(ctx, latency.Seconds(), metric.WithAttributes(attrs...))
 	}
 }
 
-// dbOp indexes nodeSets.answers: the event's operation, or for a fenced
-// acquisition (a script, not a SET) the slot past the last operation.
-func dbOp(e redlock.Event) int {
-	if e.Op == redlock.OpAcquire && e.Token != 0 {
-		return 0
+// roundTrip records t as db.client.operation.duration: db.operation.name is
+// its command's (SET, EVALSHA), or PIPELINE where it carried several, as
+// go-redis's own instrumentation names a pipeline; error.type and, for the
+// node's error reply, db.response.status_code where it failed.
+func (o *Observer) roundTrip(ctx context.Context, t *redlock.RoundTrip) {
+	sets := o.node(t.Node, t.Name)
+	if t.Err != nil {
+		attrs := append([]attribute.KeyValue{
+			attribute.String("db.system.name", "redis"),
+			attribute.String("db.operation.name", dbOperationName(t)),
+			attribute.String("error.type", tripErrorType(t.Err)),
+		}, sets.server...)
+		if code := statusCode(t.Err); code != "" {
+			attrs = append(attrs, attribute.String("db.response.status_code", code))
+		}
+		o.dbDuration.Record(ctx, t.Duration.Seconds(), metric.WithAttributes(attrs...))
+		return
 	}
-	return int(e.Op)
+	var opts []metric.RecordOption
+	switch {
+	case t.Commands > 1:
+		opts = sets.batch
+	case t.Command == "set":
+		opts = sets.set
+	case t.Command == "evalsha":
+		opts = sets.script
+	default:
+		opts = o.tripSet(sets, dbOperationName(t))
+	}
+	o.dbDuration.Record(ctx, t.Duration.Seconds(), opts...)
+}
+
+// dbOperationName is db.operation.name of t: PIPELINE for a batch of
+// commands, else its command's name in upper case, as Redis documents them.
+func dbOperationName(t *redlock.RoundTrip) string {
+	switch {
+	case t.Commands > 1:
+		return "PIPELINE"
+	case t.Command == "set":
+		return "SET"
+	case t.Command == "evalsha":
+		return "EVALSHA"
+	}
+	return strings.ToUpper(t.Command)
+}
+
+// tripSet is the attribute set of a round trip of node n that went well,
+// named name, made on its first use.
+func (o *Observer) tripSet(n *nodeSets, name string) []metric.RecordOption {
+	o.nodesMu.Lock()
+	defer o.nodesMu.Unlock()
+	opts, ok := n.trips[name]
+	if !ok {
+		opts = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{
+			attribute.String("db.system.name", "redis"),
+			attribute.String("db.operation.name", name),
+		}, n.server...)...))}
+		n.trips[name] = opts
+	}
+	return opts
 }
 
 // node returns the attribute sets of the node named name, index i in its
@@ -297,47 +350,79 @@ func (o *Observer) node(i int, name string) *nodeSets {
 // newNodeSets makes the attribute sets of the node named name, for ops
 // operations.
 func newNodeSets(name string, ops int) *nodeSets {
-	n := &nodeSets{name: name, server: serverAttrs(name), answers: make([][]metric.RecordOption, ops), failed: make([][]metric.AddOption, ops)}
-	for op := range ops {
-		operation, token := redlock.Op(op), uint64(0)
-		if op == 0 { // a fenced acquisition's slot (dbOp)
-			operation, token = redlock.OpAcquire, 1
-		}
-		dbName := dbOperation(operation, token)
-		n.answers[op] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{
+	n := &nodeSets{name: name, server: serverAttrs(name), trips: map[string][]metric.RecordOption{}, failed: make([][]metric.AddOption, ops)}
+	for _, op := range []string{"SET", "EVALSHA", "PIPELINE"} {
+		n.trips[op] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{
 			attribute.String("db.system.name", "redis"),
-			attribute.String("db.operation.name", dbName),
+			attribute.String("db.operation.name", op),
 		}, n.server...)...))}
-		n.failed[op] = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{attribute.String("redlock.operation", operation.String())}, n.server...)...))}
+	}
+	n.set, n.script, n.batch = n.trips["SET"], n.trips["EVALSHA"], n.trips["PIPELINE"]
+	for op := range ops {
+		n.failed[op] = make([]metric.AddOption, len(errorTypes))
+		for i, errType := range errorTypes {
+			n.failed[op][i] = metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{
+				attribute.String("redlock.operation", redlock.Op(op).String()),
+				attribute.String("error.type", errType),
+			}, n.server...)...))
+		}
 	}
 	return n
 }
 
-// dbOperation is db.operation.name of op's command: SET for a plain
-// acquisition, EVALSHA for the scripts (extend, unlock, check, revoke, the
-// fenced acquire).
-func dbOperation(op redlock.Op, token uint64) string {
-	if op == redlock.OpAcquire && token == 0 {
-		return "SET"
-	}
-	return "EVALSHA"
-}
+// errorTypes are the values of error.type on redlock.node.unavailable
+// (errorType's results, by index): timeout where the node did not reply
+// in time, quarantined, NOPERM for an ACL refusal, not_replicated, else
+// _OTHER (the convention's value when no better one is known).
+var errorTypes = []string{"timeout", "quarantined", "NOPERM", "not_replicated", "_OTHER"}
 
-// errorType is the error.type of a node's failure: timeout where it did not
-// reply, quarantined, NOPERM for an ACL refusal, else _OTHER (the
-// convention's value when no better one is known).
-func errorType(err error) string {
+// errorType is the index in errorTypes of a node's failed vote.
+func errorType(err error) int {
 	switch {
 	case errors.Is(err, quorum.ErrNoReply), errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
+		return 0
 	case errors.Is(err, redlock.ErrNodeQuarantined):
-		return "quarantined"
+		return 1
 	case errors.Is(err, redlock.ErrNoPermission):
-		return "NOPERM"
+		return 2
 	case errors.Is(err, redlock.ErrNotReplicated):
-		return "not_replicated"
+		return 3
+	}
+	return 4
+}
+
+// tripErrorType is error.type of a failed round trip: timeout where no
+// reply came in time, the error reply's prefix (NOPERM, READONLY, ...)
+// where the node refused, else _OTHER (a refused connection, a dial that
+// failed).
+func tripErrorType(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, quorum.ErrNoReply), errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	}
+	if code := statusCode(err); code != "" {
+		return code
 	}
 	return "_OTHER"
+}
+
+// statusCode is db.response.status_code of a round trip that failed on
+// the node's error reply: the reply's prefix, in upper case by Redis's
+// convention ("NOPERM", "READONLY"); "" for other failures.
+func statusCode(err error) string {
+	var reply interface {
+		error
+		RedisError()
+	}
+	if !errors.As(err, &reply) {
+		return ""
+	}
+	prefix, _, _ := strings.Cut(reply.Error(), " ")
+	if prefix == "" || strings.ToUpper(prefix) != prefix {
+		return ""
+	}
+	return prefix
 }
 
 // serverOf is server.address and server.port of the first of nodes.

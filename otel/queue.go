@@ -2,6 +2,7 @@ package redlockotel
 
 import (
 	"context"
+	"fmt"
 	"log"
 	"runtime/debug"
 	"sync"
@@ -35,11 +36,12 @@ const (
 	maxQueued  = 4096
 )
 
-// pending is an observed event waiting to be recorded.
+// pending is an observed event, or a round trip, waiting to be recorded.
 type pending struct {
 	e      redlock.Event
-	end    time.Time       // when it was observed: its span's end
-	parent context.Context // its span's parent, read when it was observed (parentOf)
+	end    time.Time         // when it was observed: its span's end
+	parent context.Context   // its span's parent, read when it was observed (parentOf)
+	trip   redlock.RoundTrip // where e.Op is 0 (no Op): a round trip, not an event
 }
 
 // queue holds the events observed and not yet recorded.
@@ -58,7 +60,18 @@ type queue struct {
 // Observe queues e, to be recorded off the caller's goroutine. It does
 // not block: at worst (maxQueued events waiting) it records e itself.
 func (o *Observer) Observe(e redlock.Event) {
-	p := pending{e: e, end: time.Now(), parent: o.parentOf(e.Key)}
+	o.enqueue(pending{e: e, end: time.Now(), parent: o.parentOf(e.Key)})
+}
+
+// ObserveRoundTrip queues t, to be recorded off the transport's goroutine,
+// as Observe does an event.
+func (o *Observer) ObserveRoundTrip(t redlock.RoundTrip) {
+	o.enqueue(pending{trip: t})
+}
+
+// enqueue queues p, arming a drain if none is, or records p itself when
+// maxQueued events wait.
+func (o *Observer) enqueue(p pending) {
 	q := &o.queue
 	q.mu.Lock()
 	if len(q.items) >= maxQueued {
@@ -144,7 +157,11 @@ func (o *Observer) recordQueued(last bool) {
 func (o *Observer) recordRecovering(p *pending) {
 	defer func() {
 		if r := recover(); r != nil {
-			log.Printf("redlockotel: a provider panicked recording a %v event for %q (recovered; recording went on): %v\n%s", p.e.Op, p.e.Key, r, debug.Stack())
+			what := fmt.Sprintf("a %v event for %q", p.e.Op, p.e.Key)
+			if p.e.Op == 0 {
+				what = "a round trip to " + p.trip.Name
+			}
+			log.Printf("redlockotel: a provider panicked recording %s (recovered; recording went on): %v\n%s", what, r, debug.Stack())
 		}
 	}()
 	o.record(p)

@@ -130,9 +130,9 @@ func newNodes(nodes []Node, o *Options, w *wire.Wait) ([]node, error) {
 			rider = out[i].guard
 		}
 		if c, ok := n.(*redis.Client); ok && !o.NoAutoPipeline {
-			out[i].link, out[i].pipelined = wire.NewPipeline(c, w, rider, wire.StallAfter(o.NodeTimeout), out[i].stats.trip), true
+			out[i].link, out[i].pipelined = wire.NewPipeline(c, w, rider, wire.StallAfter(o.NodeTimeout), tripReporter(o.Observer, i, name, out[i].stats, true)), true
 		} else {
-			out[i].link = wire.NewDirect(n, w, rider)
+			out[i].link = wire.NewDirect(n, w, rider, tripReporter(o.Observer, i, name, out[i].stats, false))
 		}
 	}
 	labelNodes(out, identities)

@@ -141,6 +141,19 @@ func (c Command) Bind() Command {
 	return c
 }
 
+// Name is c's command name as go-redis gives a command's, in lower case:
+// "evalsha" for a script (whichever form a resend after NOSCRIPT takes).
+func (c Command) Name() string {
+	if c.Script != nil {
+		return "evalsha"
+	}
+	if len(c.Args) == 0 {
+		return ""
+	}
+	name, _ := c.Args[0].(string)
+	return strings.ToLower(name)
+}
+
 // Wire is the command as a pipeline sends it: a script goes as EVALSHA.
 // Every node's command shares the slice, which nothing writes.
 func (c Command) Wire() []any {

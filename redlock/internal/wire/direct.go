@@ -20,14 +20,16 @@ type Direct[R any] struct {
 	wait    *Wait    // nil: none
 	rider   Rider[R] // nil: none
 	sending atomic.Int32
-	riders  sync.Pool  // of *[]redis.Cmder, to gather a rider's commands in
-	outside *outsiders // a Redis Cluster node's clients of masters its ClusterClient does not offer (see cluster.go); nil elsewhere
+	riders  sync.Pool       // of *[]redis.Cmder, to gather a rider's commands in
+	outside *outsiders      // a Redis Cluster node's clients of masters its ClusterClient does not offer (see cluster.go); nil elsewhere
+	onTrip  func(RoundTrip) // hears of every call sent to the node; nil: nothing does
 }
 
 // NewDirect returns n's direct transport, with the WAIT w after commands
-// to replicate (nil: none) and rider after guarded ones (nil: none).
-func NewDirect[R any](n Node, w *Wait, rider Rider[R]) *Direct[R] {
-	d := &Direct[R]{node: n, wait: w, rider: rider}
+// to replicate (nil: none) and rider after guarded ones (nil: none);
+// onTrip, if set, hears of every call's round trip.
+func NewDirect[R any](n Node, w *Wait, rider Rider[R], onTrip func(RoundTrip)) *Direct[R] {
+	d := &Direct[R]{node: n, wait: w, rider: rider, onTrip: onTrip}
 	d.riders.New = func() any { return new([]redis.Cmder) }
 	if _, ok := n.(*redis.ClusterClient); ok {
 		d.outside = new(outsiders)
@@ -61,6 +63,7 @@ func (d *Direct[R]) Submit(ctx context.Context, c Command, s Send, to Receiver, 
 func (d *Direct[R]) call(ctx context.Context, c Command, s Send, to Receiver, node int) {
 	var took time.Duration // the call's round trip, once sent
 	var received time.Time // when it came back, once sent
+	onWire := false        // it went to the node (not refused, nor stopped waiting for an earlier release)
 	r := func() Reply {
 		if s.After != nil {
 			<-s.After.Settled(node)
@@ -92,6 +95,7 @@ func (d *Direct[R]) call(ctx context.Context, c Command, s Send, to Receiver, no
 			w = nil
 		}
 		guarded := c.Guarded && d.rider != nil
+		onWire = true
 		if w != nil || guarded {
 			return d.sendPaired(callCtx, c, w, guarded)
 		}
@@ -108,6 +112,9 @@ func (d *Direct[R]) call(ctx context.Context, c Command, s Send, to Receiver, no
 		s.Finish()
 	}
 	r.RTT, r.Received = took, received
+	if onWire && d.onTrip != nil {
+		d.onTrip(RoundTrip{Sent: received.Add(-took), Received: received, Commands: 1, Command: c.Name(), Err: tripError(r.Cmd.Err(), s.Timeout)})
+	}
 	to.Receive(node, r)
 }
 

@@ -54,7 +54,7 @@ func TestEveryResendCarriesItsWait(t *testing.T) {
 	require.NoError(t, m.Set("k", "v"))
 	s := loadScript("extend", "GET, PEXPIRE, SET")
 	s.SingleKey = func(c Command) Command { c.Keys = c.Keys[:1]; return c }
-	d := NewDirect[struct{}](client, NewWait(1, false, time.Second), nil)
+	d := NewDirect[struct{}](client, NewWait(1, false, time.Second), nil, nil)
 	c := ScriptCommand(s, []string{"k", "{k}:tombstone"}, "v", 60000, "0").Bind().Replicated()
 	got := make(replies, 1)
 	d.Submit(t.Context(), c, Send{Timeout: 5 * time.Second}, got, 0)

@@ -69,11 +69,11 @@ import (
 //     TestPipelineReleaseIsLastUnderRandomSchedules checks it.
 type Pipeline[R any] struct {
 	client     *redis.Client
-	pipes      sync.Pool     // of *batchPipe: go-redis pipelines to reuse
-	wait       *Wait         // WAIT after batches with writes to replicate; nil: none
-	rider      Rider[R]      // the node guard, whose companions follow batches with guarded commands; nil: none
-	stallAfter time.Duration // a batch in flight this long means the node stopped answering; 0: never
-	onTrip     func(received time.Time, rtt time.Duration)
+	pipes      sync.Pool       // of *batchPipe: go-redis pipelines to reuse
+	wait       *Wait           // WAIT after batches with writes to replicate; nil: none
+	rider      Rider[R]        // the node guard, whose companions follow batches with guarded commands; nil: none
+	stallAfter time.Duration   // a batch in flight this long means the node stopped answering; 0: never
+	onTrip     func(RoundTrip) // hears of every batch's round trip; nil: nothing does
 
 	mu      sync.Mutex
 	queue   []job
@@ -162,7 +162,7 @@ func (j *job) deliver(received time.Time) {
 // guarded commands (nil: none), stallAfter how long a batch may be in
 // flight before the node counts as no longer answering (0: never; see
 // StallAfter), and onTrip, if set, hears of every batch's round trip.
-func NewPipeline[R any](client *redis.Client, w *Wait, rider Rider[R], stallAfter time.Duration, onTrip func(received time.Time, rtt time.Duration)) *Pipeline[R] {
+func NewPipeline[R any](client *redis.Client, w *Wait, rider Rider[R], stallAfter time.Duration, onTrip func(RoundTrip)) *Pipeline[R] {
 	return &Pipeline[R]{client: client, wait: w, rider: rider, stallAfter: stallAfter, onTrip: onTrip}
 }
 
@@ -476,12 +476,19 @@ func (p *Pipeline[R]) exec(batch []job) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	t := p.sendBatch(ctx, batch)
+	command := batch[0].cmd.Name() // as sent: a rerun may send a script as EVAL
 	waitAgain, reran := p.runAgain(ctx, batch, t.wait != nil)
 	if t.wait != nil {
 		p.judgeWaits(batch, t.wait, waitAgain)
 	}
 	if p.onTrip != nil { // one round trip for the whole batch
-		p.onTrip(t.received, t.received.Sub(t.sent))
+		trip := RoundTrip{Sent: t.sent, Received: t.received, Commands: len(batch), Command: command}
+		for i := range batch {
+			if trip.Err = tripError(batch[i].cmd.Err(), batch[i].timeout); trip.Err != nil {
+				break
+			}
+		}
+		p.onTrip(trip)
 	}
 	if p.rider != nil {
 		for i := range batch {
