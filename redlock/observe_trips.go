@@ -24,7 +24,10 @@ import (
 // node's pipeline sender, or a direct call's goroutine), before the replies
 // it brought are delivered: it must not block, or it delays every command
 // waiting for that node. It may be called from several goroutines at once.
-// A panic in it is recovered and logged, as Observe's is.
+// A panic in it is recovered and logged, as Observe's is. The Locker finds
+// it by asking its Observer (Options.Observer.(RoundTripObserver)): a
+// wrapper around an Observer (one that counts, or sends to two) must offer
+// ObserveRoundTrip too and pass it on, or round trips stop at the wrapper.
 type RoundTripObserver interface {
 	Observer
 	ObserveRoundTrip(RoundTrip)

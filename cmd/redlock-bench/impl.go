@@ -136,7 +136,7 @@ func newRedlock(ctx context.Context, d *deployment, cfg config) (*impl, error) {
 		if counter, err = observerFor(cfg.observer); err != nil {
 			return nil, err
 		}
-		o.Observer = counter
+		o.Observer = counter.observer()
 	}
 	if cfg.noWakeUps {
 		o.NoWakeUps = true

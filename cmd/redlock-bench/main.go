@@ -96,8 +96,9 @@
 //	                   events; the slog adapter (JSON, discarded) at debug
 //	                   and at info; the OpenTelemetry adapter on the SDK
 //	                   (every span sampled, or 1% of traces; dropped);
-//	                   each prints the run's event counts
-//	                   (not in all)
+//	                   each prints the run's event counts (and the
+//	                   OpenTelemetry ones its round trips, with the
+//	                   commands they carried) (not in all)
 //	redlock-pair, redlock-pair-seq
 //	                   this library locking two keys a cycle (the key and
 //	                   KEY:pair): in one multi-key lease (TryLockMulti), or

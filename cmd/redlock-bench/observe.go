@@ -46,6 +46,11 @@ var observedImpls = map[string]string{
 type eventCounter struct {
 	counts [32]atomic.Int64 // by Op; Ops() are far fewer
 	next   redlock.Observer
+	// tripsTo is next where it also hears of round trips (the
+	// OpenTelemetry adapter): the Locker's Observer is then a tripCounter,
+	// which counts them and passes them on.
+	tripsTo             redlock.RoundTripObserver
+	trips, tripsCarried atomic.Int64 // round trips, and the commands they carried
 	// flush records what next has queued and not yet recorded (the
 	// OpenTelemetry adapter records off the lock's path); nil where next
 	// records as it observes.
@@ -61,9 +66,38 @@ func (c *eventCounter) Observe(e redlock.Event) {
 	}
 }
 
-// snapshot returns the counts so far, by Op.
+// observer is the Locker's Observer: c, or where next hears of round
+// trips, c as a tripCounter (a wrapper that had only Observe would keep
+// them from it).
+func (c *eventCounter) observer() redlock.Observer {
+	if c.tripsTo != nil {
+		return tripCounter{c}
+	}
+	return c
+}
+
+// tripCounter is an eventCounter that passes round trips on too.
+type tripCounter struct{ *eventCounter }
+
+func (c tripCounter) ObserveRoundTrip(t redlock.RoundTrip) {
+	c.trips.Add(1)
+	c.tripsCarried.Add(int64(t.Commands))
+	c.tripsTo.ObserveRoundTrip(t)
+}
+
+// Keys of snapshot's counts that are not Ops.
+const (
+	roundTripsKey   = "round trips"
+	tripCommandsKey = "round-trip commands"
+)
+
+// snapshot returns the counts so far, by Op (and the round trips', where
+// counted).
 func (c *eventCounter) snapshot() map[string]int64 {
 	out := map[string]int64{}
+	if c.tripsTo != nil {
+		out[roundTripsKey], out[tripCommandsKey] = c.trips.Load(), c.tripsCarried.Load()
+	}
 	for _, op := range redlock.Ops() {
 		if int(op) < len(c.counts) {
 			if n := c.counts[op].Load(); n > 0 {
@@ -100,7 +134,7 @@ func observerFor(name string) (*eventCounter, error) {
 		if err != nil {
 			return nil, err
 		}
-		c.next, c.flush = o, o.Flush
+		c.next, c.tripsTo, c.flush = o, o, o.Flush
 		return c, nil
 	}
 	return nil, fmt.Errorf("unknown observed implementation %q", name)
@@ -124,7 +158,11 @@ func formatEvents(counts map[string]int64) string {
 		}
 	}
 	if len(parts) == 0 {
-		return "none"
+		parts = append(parts, "none")
 	}
-	return strings.Join(parts, ", ")
+	line := strings.Join(parts, ", ")
+	if trips, ok := counts[roundTripsKey]; ok {
+		line += fmt.Sprintf("; round trips %d, carrying %d commands", trips, counts[tripCommandsKey])
+	}
+	return line
 }

@@ -94,6 +94,20 @@ func TestObservedImplsPrintEventCounts(t *testing.T) {
 			t.Errorf("%s: %d acquire and %d unlock events for %d acquired, %d contended and %d failed cycles", a[1], acq, unl, got, busy, errs)
 		}
 	}
+	// The OpenTelemetry variants hear of every round trip (the adapter is a
+	// RoundTripObserver, and the counter passes them on); the others do not.
+	trips := regexp.MustCompile(`(?m)^  events: acquire (\d+), .*; round trips (\d+), carrying (\d+) commands$`).FindAllStringSubmatch(out, -1)
+	if len(trips) != 2 {
+		t.Fatalf("want round-trip counts for the two OpenTelemetry variants alone:\n%s", out)
+	}
+	for _, m := range trips {
+		acq, _ := strconv.Atoi(m[1])
+		n, _ := strconv.Atoi(m[2])
+		carried, _ := strconv.Atoi(m[3])
+		if n == 0 || carried < n || carried < acq {
+			t.Errorf("%d round trips carrying %d commands, for %d acquisitions", n, carried, acq)
+		}
+	}
 	if strings.Contains(strings.Split(out, "\nredlock-events:")[0], "events:") {
 		t.Errorf("plain redlock prints events:\n%s", out)
 	}
