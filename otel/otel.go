@@ -24,7 +24,7 @@
 // EVALSHA for the scripts, PIPELINE for a batch of several commands, which
 // a node's auto-pipeline sends under load, as go-redis names a pipeline),
 // server.address, server.port, and where the trip failed error.type
-// (timeout, the error reply's prefix, or _OTHER) and, for an error reply,
+// (timeout, canceled, the error reply's prefix, or _OTHER) and, for an error reply,
 // db.response.status_code. Round trips are recorded whether or not a
 // decision waited for them: a node slower than the majority shows there.
 //
@@ -215,7 +215,7 @@ func outcomeOf(e redlock.Event) int {
 // trip.
 func (o *Observer) record(p *pending) {
 	ctx := context.Background()
-	if p.e.Op == 0 {
+	if p.isTrip {
 		o.roundTrip(ctx, &p.trip)
 		return
 	}
@@ -392,7 +392,8 @@ func errorType(err error) int {
 }
 
 // tripErrorType is error.type of a failed round trip: timeout where no
-// reply came in time, the error reply's prefix (NOPERM, READONLY, ...)
+// reply came in time, canceled where the caller's context ended the call,
+// the error reply's prefix (NOPERM, READONLY, ...)
 // where the node refused, else _OTHER (a refused connection, a dial that
 // failed).
 func tripErrorType(err error) string {
@@ -400,6 +401,8 @@ func tripErrorType(err error) string {
 	switch {
 	case errors.Is(err, quorum.ErrNoReply), errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled" // the caller's context ended the call
 	}
 	if code := statusCode(err); code != "" {
 		return code

@@ -41,7 +41,8 @@ type pending struct {
 	e      redlock.Event
 	end    time.Time         // when it was observed: its span's end
 	parent context.Context   // its span's parent, read when it was observed (parentOf)
-	trip   redlock.RoundTrip // where e.Op is 0 (no Op): a round trip, not an event
+	trip   redlock.RoundTrip // where isTrip: a round trip, not an event
+	isTrip bool
 }
 
 // queue holds the events observed and not yet recorded.
@@ -66,7 +67,7 @@ func (o *Observer) Observe(e redlock.Event) {
 // ObserveRoundTrip queues t, to be recorded off the transport's goroutine,
 // as Observe does an event.
 func (o *Observer) ObserveRoundTrip(t redlock.RoundTrip) {
-	o.enqueue(pending{trip: t})
+	o.enqueue(pending{trip: t, isTrip: true})
 }
 
 // enqueue queues p, arming a drain if none is, or records p itself when
@@ -158,7 +159,7 @@ func (o *Observer) recordRecovering(p *pending) {
 	defer func() {
 		if r := recover(); r != nil {
 			what := fmt.Sprintf("a %v event for %q", p.e.Op, p.e.Key)
-			if p.e.Op == 0 {
+			if p.isTrip {
 				what = "a round trip to " + p.trip.Name
 			}
 			log.Printf("redlockotel: a provider panicked recording %s (recovered; recording went on): %v\n%s", what, r, debug.Stack())

@@ -9,8 +9,12 @@ import (
 )
 
 // A RoundTripObserver is an Observer that also hears of every round trip
-// the Locker makes to a node: the exchanges on the wire, where an Event
-// reports a decision. On a node's auto-pipeline one round trip carries a
+// that carries the Locker's lock commands to a node (acquisitions,
+// extensions, releases, checks, revocations, fencing's, Inspect's reads):
+// the exchanges on the wire, where an Event reports a decision. The node
+// guard's examinations, Health's, Warm's and TrustNodes' reads, and a
+// pipeline's rerun of commands after NOSCRIPT (part of its batch's trip)
+// are not reported. On a node's auto-pipeline one round trip carries a
 // batch of commands, from as many lock operations as were waiting for the
 // node; on the direct transport (Options.NoAutoPipeline, or a Node that is
 // not a *redis.Client) each command is a round trip of its own. Round
@@ -21,9 +25,11 @@ import (
 // operation saw of each node is in its Event's Nodes.
 //
 // ObserveRoundTrip is called on the goroutine that made the round trip (a
-// node's pipeline sender, or a direct call's goroutine), before the replies
-// it brought are delivered: it must not block, or it delays every command
-// waiting for that node. It may be called from several goroutines at once.
+// node's pipeline sender, or a direct call's goroutine), once the node
+// guard and a WAIT have judged its replies and before they are delivered
+// (so Drain waits for it): it must not block, or it delays every command
+// waiting for that node. It can change no verdict. It may be called from
+// several goroutines at once.
 // A panic in it is recovered and logged, as Observe's is. The Locker finds
 // it by asking its Observer (Options.Observer.(RoundTripObserver)): a
 // wrapper around an Observer (one that counts, or sends to two) must offer
@@ -53,7 +59,9 @@ type RoundTrip struct {
 	Duration time.Duration
 	// Err is nil when every command got its reply (a nil reply is one: SET's
 	// grant), else the first failure: the node's error reply, a refused
-	// connection, or no reply in time (errors.Is(Err, quorum.ErrNoReply)).
+	// connection, no reply in time (errors.Is(Err, quorum.ErrNoReply)), or
+	// on the direct transport the caller's context ending first (its
+	// error).
 	// A reply the node guard or a WAIT then refuted is not a failed round
 	// trip: the Event's Nodes say so.
 	Err error

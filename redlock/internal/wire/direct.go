@@ -113,7 +113,18 @@ func (d *Direct[R]) call(ctx context.Context, c Command, s Send, to Receiver, no
 	}
 	r.RTT, r.Received = took, received
 	if onWire && d.onTrip != nil {
-		d.onTrip(RoundTrip{Sent: received.Add(-took), Received: received, Commands: 1, Command: c.Name(), Err: tripError(r.Cmd.Err(), s.Timeout)})
+		// Reported before the reply goes, so that Drain covers it; should
+		// the hook never return (runtime.Goexit), the reply goes all the
+		// same. The call's own deadline is ErrNodeTimeout by now; the
+		// caller's stays the caller's.
+		delivered := false
+		defer func() {
+			if !delivered {
+				to.Receive(node, r)
+			}
+		}()
+		d.onTrip(RoundTrip{Sent: received.Add(-took), Received: received, Commands: 1, Command: c.Name(), Err: tripError(r.Cmd.Err(), 0)})
+		delivered = true
 	}
 	to.Receive(node, r)
 }

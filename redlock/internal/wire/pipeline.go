@@ -324,9 +324,16 @@ func (p *Pipeline[R]) stalled() bool {
 func (p *Pipeline[R]) send(id int64) {
 	var batch []job
 	concurrent := false // the last batch carried more than one command
+	ended := false      // take counted this sender out
+	defer func() {
+		if !ended {
+			p.abandon(id, batch)
+		}
+	}()
 	for {
 		batch = p.take(id, batch[:0])
 		if len(batch) == 0 {
+			ended = true
 			return
 		}
 		if concurrent && len(batch) < batchMax {
@@ -340,6 +347,21 @@ func (p *Pipeline[R]) send(id int64) {
 		p.exec(batch)
 		p.unhold(id, batch)
 		clear(batch) // drop the finished commands and rounds
+	}
+}
+
+// abandon is the end of sender id that did not end in take: the round-trip
+// hook ended its goroutine (runtime.Goexit) while batch was in flight,
+// after exec delivered its replies. It lets go of the batch's keys, counts
+// the sender out, and starts another for what is queued, so that nothing
+// waits on a sender that is gone.
+func (p *Pipeline[R]) abandon(id int64, batch []job) {
+	p.unhold(id, batch)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.senders--
+	if len(p.queue) > 0 && p.senders < maxSenders && !p.stalled() {
+		p.startSender()
 	}
 }
 
@@ -481,15 +503,6 @@ func (p *Pipeline[R]) exec(batch []job) {
 	if t.wait != nil {
 		p.judgeWaits(batch, t.wait, waitAgain)
 	}
-	if p.onTrip != nil { // one round trip for the whole batch
-		trip := RoundTrip{Sent: t.sent, Received: t.received, Commands: len(batch), Command: command}
-		for i := range batch {
-			if trip.Err = tripError(batch[i].cmd.Err(), batch[i].timeout); trip.Err != nil {
-				break
-			}
-		}
-		p.onTrip(trip)
-	}
 	if p.rider != nil {
 		for i := range batch {
 			if err := batch[i].cmd.Err(); err != nil && err != redis.Nil && redis.HasErrorPrefix(err, "READONLY") {
@@ -512,6 +525,29 @@ func (p *Pipeline[R]) exec(batch []job) {
 	if reran {
 		received = time.Now() // the reruns' replies came back after the batch's
 	}
+	// The round trip is reported once everything about it is decided (the
+	// verdicts, the times), before the replies go: what hears of it can
+	// change none of that, and Drain, which waits for the replies, covers
+	// it. Should the hook never return (runtime.Goexit), the replies go
+	// all the same, and send hands the queue on.
+	delivered := false
+	defer func() {
+		if !delivered {
+			for i := range batch {
+				batch[i].deliver(received)
+			}
+		}
+	}()
+	if p.onTrip != nil { // one round trip for the whole batch
+		trip := RoundTrip{Sent: t.sent, Received: t.received, Commands: len(batch), Command: command}
+		for i := range batch {
+			if trip.Err = tripError(batch[i].cmd.Err(), batch[i].timeout); trip.Err != nil {
+				break
+			}
+		}
+		p.onTrip(trip)
+	}
+	delivered = true
 	for i := range batch {
 		batch[i].deliver(received)
 	}

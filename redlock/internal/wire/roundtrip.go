@@ -32,13 +32,15 @@ type RoundTrip struct {
 }
 
 // tripError is a command's error as a RoundTrip's Err: none for a nil
-// reply, which is an answer (SET's grant); a pipeline's own deadline, which
-// the batch's context carries, as ErrNodeTimeout (as deliver makes it).
+// reply, which is an answer (SET's grant). With timeout > 0 (a pipeline's
+// batch, whose context is its own, never a caller's) a deadline is the
+// batch's, as ErrNodeTimeout (as deliver makes it); the direct transport
+// passes 0, having told its own deadline from its caller's already.
 func tripError(err error, timeout time.Duration) error {
 	switch {
 	case errors.Is(err, redis.Nil):
 		return nil
-	case errors.Is(err, context.DeadlineExceeded):
+	case timeout > 0 && errors.Is(err, context.DeadlineExceeded):
 		return nodeTimeout(timeout, err)
 	}
 	return err
