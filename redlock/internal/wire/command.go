@@ -286,6 +286,12 @@ func nodeTimeout(d time.Duration, err error) error {
 	return fmt.Errorf("%w (%v): %v", ErrNodeTimeout, d, err)
 }
 
+// ErrHookExited is the error of a call whose transport goroutine a hook
+// ended (runtime.Goexit: a go-redis hook on the node's client, or the
+// round-trip hook, that called t.FailNow or the like) before its reply was
+// read: it is answered as failed, never as a reply it did not get.
+var ErrHookExited = errors.New("redlock: a hook ended the transport's goroutine (runtime.Goexit) before the reply was read")
+
 // ErrWithdrawn is the error of an acquisition's command that its own
 // release withdrew before it was sent.
 var ErrWithdrawn = errors.New("redlock: withdrawn unsent: released before it reached the node")

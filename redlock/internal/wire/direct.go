@@ -64,7 +64,24 @@ func (d *Direct[R]) call(ctx context.Context, c Command, s Send, to Receiver, no
 	var took time.Duration // the call's round trip, once sent
 	var received time.Time // when it came back, once sent
 	onWire := false        // it went to the node (not refused, nor stopped waiting for an earlier release)
-	r := func() Reply {
+	// The call is answered exactly once, even where a hook (go-redis's on
+	// the node's client, or onTrip) ends this goroutine (runtime.Goexit):
+	// with its reply if it has one, else as failed (ErrHookExited).
+	var r Reply
+	replied, finished, delivered := false, false, false
+	defer func() {
+		if delivered {
+			return
+		}
+		if !replied {
+			r = failed(ctx, ErrHookExited)
+		}
+		if s.Finish != nil && !finished {
+			s.Finish()
+		}
+		to.Receive(node, r)
+	}()
+	r = func() Reply {
 		if s.After != nil {
 			<-s.After.Settled(node)
 		}
@@ -101,6 +118,7 @@ func (d *Direct[R]) call(ctx context.Context, c Command, s Send, to Receiver, no
 		}
 		return Reply{Cmd: d.send(callCtx, c)}
 	}()
+	replied = true
 	if ctx.Err() == nil { // the call's own deadline, not the caller's
 		if err := r.Cmd.Err(); errors.Is(err, context.DeadlineExceeded) {
 			r.Cmd.SetErr(nodeTimeout(s.Timeout, err))
@@ -108,24 +126,18 @@ func (d *Direct[R]) call(ctx context.Context, c Command, s Send, to Receiver, no
 		r.NotReplicated = ownDeadline(s.Timeout, r.NotReplicated)
 		r.Verdict = ownDeadline(s.Timeout, r.Verdict)
 	}
+	finished = true
 	if s.Finish != nil {
 		s.Finish()
 	}
 	r.RTT, r.Received = took, received
 	if onWire && d.onTrip != nil {
-		// Reported before the reply goes, so that Drain covers it; should
-		// the hook never return (runtime.Goexit), the reply goes all the
-		// same. The call's own deadline is ErrNodeTimeout by now; the
-		// caller's stays the caller's.
-		delivered := false
-		defer func() {
-			if !delivered {
-				to.Receive(node, r)
-			}
-		}()
+		// Reported before the reply goes, so that Drain covers it. The
+		// call's own deadline is ErrNodeTimeout by now; the caller's stays
+		// the caller's.
 		d.onTrip(RoundTrip{Sent: received.Add(-took), Received: received, Commands: 1, Command: c.Name(), Err: tripError(r.Cmd.Err(), 0)})
-		delivered = true
 	}
+	delivered = true
 	to.Receive(node, r)
 }
 

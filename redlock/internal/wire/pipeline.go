@@ -350,11 +350,11 @@ func (p *Pipeline[R]) send(id int64) {
 	}
 }
 
-// abandon is the end of sender id that did not end in take: the round-trip
-// hook ended its goroutine (runtime.Goexit) while batch was in flight,
-// after exec delivered its replies. It lets go of the batch's keys, counts
-// the sender out, and starts another for what is queued, so that nothing
-// waits on a sender that is gone.
+// abandon is the end of sender id that did not end in take: a hook ended
+// its goroutine (runtime.Goexit) while batch was in flight, after exec
+// answered every call of it (see exec). It lets go of the batch's keys,
+// counts the sender out, and starts another for what is queued, so that
+// nothing waits on a sender that is gone.
 func (p *Pipeline[R]) abandon(id int64, batch []job) {
 	p.unhold(id, batch)
 	p.mu.Lock()
@@ -497,6 +497,25 @@ func (p *Pipeline[R]) exec(batch []job) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	// Every call in the batch is answered exactly once, even where a hook
+	// ends this goroutine (runtime.Goexit: a go-redis hook on the client
+	// while the batch is sent, or onTrip): with its reply once the replies
+	// are read and judged, else as failed (ErrHookExited), never as a
+	// reply it did not get (a SET without one would read as granted). send
+	// then hands the keys and the queue on (abandon).
+	judged, delivered := false, false
+	var received time.Time
+	defer func() {
+		if delivered {
+			return
+		}
+		for i := range batch {
+			if !judged {
+				batch[i].cmd.SetErr(ErrHookExited)
+			}
+			batch[i].deliver(received)
+		}
+	}()
 	t := p.sendBatch(ctx, batch)
 	command := batch[0].cmd.Name() // as sent: a rerun may send a script as EVAL
 	waitAgain, reran := p.runAgain(ctx, batch, t.wait != nil)
@@ -521,23 +540,15 @@ func (p *Pipeline[R]) exec(batch []job) {
 			}
 		}
 	}
-	received := t.received
+	received = t.received
 	if reran {
 		received = time.Now() // the reruns' replies came back after the batch's
 	}
+	judged = true
 	// The round trip is reported once everything about it is decided (the
 	// verdicts, the times), before the replies go: what hears of it can
 	// change none of that, and Drain, which waits for the replies, covers
-	// it. Should the hook never return (runtime.Goexit), the replies go
-	// all the same, and send hands the queue on.
-	delivered := false
-	defer func() {
-		if !delivered {
-			for i := range batch {
-				batch[i].deliver(received)
-			}
-		}
-	}()
+	// it.
 	if p.onTrip != nil { // one round trip for the whole batch
 		trip := RoundTrip{Sent: t.sent, Received: t.received, Commands: len(batch), Command: command}
 		for i := range batch {
