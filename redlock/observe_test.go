@@ -35,12 +35,18 @@ func (r *recorder) Observe(e redlock.Event) {
 
 // of returns the events of op, in the order observed.
 func (r *recorder) of(op redlock.Op) []redlock.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []redlock.Event
-	for _, e := range r.events {
-		if e.Op == op {
-			out = append(out, e)
+	return matching(&r.mu, &r.events, func(e redlock.Event) bool { return e.Op == op })
+}
+
+// matching returns those of *items that keep keeps, in order, read under
+// mu.
+func matching[T any](mu *sync.Mutex, items *[]T, keep func(T) bool) []T {
+	mu.Lock()
+	defer mu.Unlock()
+	var out []T
+	for _, x := range *items {
+		if keep(x) {
+			out = append(out, x)
 		}
 	}
 	return out

@@ -30,15 +30,7 @@ func (r *tripRecorder) ObserveRoundTrip(t redlock.RoundTrip) {
 
 // to returns the round trips to node i, in the order observed.
 func (r *tripRecorder) to(i int) []redlock.RoundTrip {
-	r.tripsMu.Lock()
-	defer r.tripsMu.Unlock()
-	var out []redlock.RoundTrip
-	for _, t := range r.trips {
-		if t.Node == i {
-			out = append(out, t)
-		}
-	}
-	return out
+	return matching(&r.tripsMu, &r.trips, func(t redlock.RoundTrip) bool { return t.Node == i })
 }
 
 // Every round trip reaches a RoundTripObserver, on both transports: what

@@ -17,8 +17,6 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
-
-	"github.com/redlock/redlock/quorum"
 )
 
 // onceReceiver wraps a Receiver and counts its deliveries, so that a
@@ -50,17 +48,13 @@ func TestAttack4ReleaseIsLastWithGoexitingHook(t *testing.T) {
 		schedules = 15
 	}
 	m, g, client, admin := gatedServer(t)
-	ctx := t.Context()
-	scripts := []*Script{extendScript, releaseScript}
 	var total atomic.Int32
 	defer func() { t.Logf("senders ended by the hook: %d", total.Load()) }()
 	for seed := range schedules {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(uint64(seed), 11))
 			var hookMu sync.Mutex
 			hookRng := rand.New(rand.NewPCG(uint64(seed), 13))
 			var exits atomic.Int32
-			m.FlushAll()
 			var p *pipeline
 			p = &pipeline{client: client, onTrip: func(RoundTrip) {
 				p.mu.Lock()
@@ -77,83 +71,8 @@ func TestAttack4ReleaseIsLastWithGoexitingHook(t *testing.T) {
 					runtime.Goexit()
 				}
 			}}
-			calls := &tracker{}
-			submit := func(c Command, read reader) (*quorum.Round[Outcome], bool) {
-				round := quorum.Begin[Outcome](1)
-				calls.add(1)
-				wire := c.Wire()
-				to := &onceReceiver{to: &roundReceiver{round: round, read: read, calls: calls}, t: t, label: fmt.Sprint(wire)}
-				j := job{cmd: redis.NewCmd(context.Background(), wire...), key: c.Key, lease: c.Lease, role: c.Role, timeout: time.Minute, src: c.source(), to: to}
-				if c.ReadsRaw() {
-					j.raw = redis.NewRawCmd(context.Background(), wire...)
-				}
-				if !p.submit(j) {
-					to.Receive(0, failed(context.Background(), ErrNodeBusy))
-					return round, false
-				}
-				return round, true
-			}
-			var leases []*scheduleLease
-			release := func(l *scheduleLease) {
-				c := ScriptCommand(releaseScript, []string{l.key}, l.value).Of(l.value, RoleReleases)
-				l.released, _ = submit(c, readScript)
-			}
-			for range 12 + rng.IntN(20) {
-				switch op := rng.IntN(10); {
-				case op < 3 || len(leases) == 0:
-					l := &scheduleLease{key: fmt.Sprintf("k%d", rng.IntN(3)), value: fmt.Sprintf("v%d-%d", seed, len(leases))}
-					leases = append(leases, l)
-					submit(acquireCommand(l.key, l.value, 60000), readAcquire(l.value))
-				case op < 5:
-					if l := leases[rng.IntN(len(leases))]; l.released == nil {
-						c := ScriptCommand(extendScript, []string{l.key}, l.value, int64(60000), "1").Of(l.value, RoleExtends)
-						submit(c, readScript)
-					}
-				case op < 7:
-					if l := leases[rng.IntN(len(leases))]; l.released == nil {
-						release(l)
-					}
-				case op == 7:
-					g.hold()
-					if rng.IntN(3) == 0 {
-						for {
-							if _, ok := submit(Command{Key: "filler", Args: []any{"PING"}}, readScript); !ok {
-								break
-							}
-						}
-					}
-				case op == 8:
-					g.let()
-				case op == 9:
-					require.NoError(t, admin.ScriptFlush(ctx).Err())
-					for _, s := range scripts {
-						if rng.IntN(2) == 0 {
-							require.NoError(t, admin.ScriptLoad(ctx, s.Src).Err())
-						}
-					}
-				}
-				if rng.IntN(4) == 0 {
-					time.Sleep(time.Duration(rng.IntN(300)) * time.Microsecond)
-				}
-			}
-			for _, l := range leases {
-				if l.released == nil {
-					release(l)
-				}
-			}
-			g.let()
-			wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			require.NoError(t, calls.wait(wctx), "a call was never answered (%d hook exits)", exits.Load())
-			for _, l := range leases {
-				o, err := l.released.Result(0)
-				if err != nil {
-					continue
-				}
-				require.Contains(t, []Outcome{Granted, Missing, Taken}, o)
-				got, _ := m.Get(l.key)
-				require.NotEqual(t, l.value, got, "%s holds %s after its release reported %v", l.key, l.value, o)
-			}
+			once := func(to Receiver, label string) Receiver { return &onceReceiver{to: to, t: t, label: label} }
+			releaseSchedule{m: m, g: g, admin: admin, keys: 3, stream: 11}.run(t, p, seed, once)
 			require.Eventually(t, func() bool {
 				p.mu.Lock()
 				defer p.mu.Unlock()

@@ -96,90 +96,113 @@ func TestPipelineReleaseIsLastUnderRandomSchedules(t *testing.T) {
 		schedules = 30
 	}
 	m, g, client, admin := gatedServer(t)
-	ctx := t.Context()
-	scripts := []*Script{extendScript, releaseScript}
 	for seed := range schedules {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(uint64(seed), 7))
-			m.FlushAll()
 			p := &pipeline{client: client}
-			calls := &tracker{}
-			submit := func(c Command, read reader) (*quorum.Round[Outcome], bool) {
-				round := quorum.Begin[Outcome](1)
-				calls.add(1)
-				wire := c.Wire()
-				j := job{cmd: redis.NewCmd(context.Background(), wire...), key: c.Key, lease: c.Lease, role: c.Role, timeout: time.Minute, src: c.source(), to: &roundReceiver{round: round, read: read, calls: calls}}
-				if c.ReadsRaw() {
-					j.raw = redis.NewRawCmd(context.Background(), wire...)
-				}
-				if !p.submit(j) {
-					settle(round, calls, 0, Failed, ErrNodeBusy)
-					return round, false
-				}
-				return round, true
-			}
-			var leases []*scheduleLease
-			var fillers []*quorum.Round[Outcome]
-			release := func(l *scheduleLease) {
-				c := ScriptCommand(releaseScript, []string{l.key}, l.value).Of(l.value, RoleReleases)
-				l.released, _ = submit(c, readScript)
-			}
-			for range 12 + rng.IntN(20) {
-				switch op := rng.IntN(10); {
-				case op < 3 || len(leases) == 0:
-					l := &scheduleLease{key: fmt.Sprintf("k%d", rng.IntN(2)), value: fmt.Sprintf("v%d-%d", seed, len(leases))}
-					leases = append(leases, l)
-					submit(acquireCommand(l.key, l.value, 60000), readAcquire(l.value))
-				case op < 5:
-					if l := leases[rng.IntN(len(leases))]; l.released == nil {
-						c := ScriptCommand(extendScript, []string{l.key}, l.value, int64(60000), "1").Of(l.value, RoleExtends)
-						submit(c, readScript)
-					}
-				case op < 7:
-					if l := leases[rng.IntN(len(leases))]; l.released == nil {
-						release(l)
-					}
-				case op == 7:
-					g.hold()
-					if rng.IntN(3) == 0 { // and fill the queue, so that releases withdraw
-						for {
-							r, ok := submit(Command{Key: "filler", Args: []any{"PING"}}, readScript)
-							if !ok {
-								break
-							}
-							fillers = append(fillers, r)
-						}
-					}
-				case op == 8:
-					g.let()
-				case op == 9:
-					require.NoError(t, admin.ScriptFlush(ctx).Err())
-					for _, s := range scripts {
-						if rng.IntN(2) == 0 {
-							require.NoError(t, admin.ScriptLoad(ctx, s.Src).Err())
-						}
-					}
-				}
-				if rng.IntN(4) == 0 {
-					time.Sleep(time.Duration(rng.IntN(300)) * time.Microsecond) // let a sender take a batch
-				}
-			}
-			for _, l := range leases {
-				if l.released == nil {
-					release(l)
-				}
-			}
-			g.let()
-			require.NoError(t, calls.wait(ctx))
-			for _, l := range leases {
-				o, err := l.released.Result(0)
-				if err != nil {
-					continue // refused (a full queue, its SET sent): the key may stay for its TTL
-				}
-				require.Contains(t, []Outcome{Granted, Missing, Taken}, o)
-				got, _ := m.Get(l.key)
-				require.NotEqual(t, l.value, got, "%s holds %s after its release reported %v", l.key, l.value, o)
-			}
+			releaseSchedule{m: m, g: g, admin: admin, keys: 2, stream: 7}.run(t, p, seed, nil)
 		})
+	}
+}
+
+// releaseSchedule is one server (m, gated by g, flushed through admin) on
+// which run plays random schedules: acquisitions, extensions and releases
+// on keys keys, the gate held and let go, the queue filled, the script
+// cache flushed, from a seed on PCG stream stream.
+type releaseSchedule struct {
+	m      *miniredis.Miniredis
+	g      *gate
+	admin  *redis.Client
+	keys   int
+	stream uint64
+}
+
+// run plays the schedule of seed through p, each call's receiver wrapped
+// by wrap (if set), and checks what TestPipelineReleaseIsLastUnderRandomSchedules
+// states: every call answered, and a release that was accepted leaves its
+// value nowhere.
+func (rs releaseSchedule) run(t *testing.T, p *pipeline, seed int, wrap func(to Receiver, label string) Receiver) {
+	ctx := t.Context()
+	scripts := []*Script{extendScript, releaseScript}
+	rng := rand.New(rand.NewPCG(uint64(seed), rs.stream))
+	rs.m.FlushAll()
+	calls := &tracker{}
+	submit := func(c Command, read reader) (*quorum.Round[Outcome], bool) {
+		round := quorum.Begin[Outcome](1)
+		calls.add(1)
+		wire := c.Wire()
+		var to Receiver = &roundReceiver{round: round, read: read, calls: calls}
+		if wrap != nil {
+			to = wrap(to, fmt.Sprint(wire))
+		}
+		j := job{cmd: redis.NewCmd(context.Background(), wire...), key: c.Key, lease: c.Lease, role: c.Role, timeout: time.Minute, src: c.source(), to: to}
+		if c.ReadsRaw() {
+			j.raw = redis.NewRawCmd(context.Background(), wire...)
+		}
+		if !p.submit(j) {
+			to.Receive(0, failed(context.Background(), ErrNodeBusy))
+			return round, false
+		}
+		return round, true
+	}
+	var leases []*scheduleLease
+	release := func(l *scheduleLease) {
+		c := ScriptCommand(releaseScript, []string{l.key}, l.value).Of(l.value, RoleReleases)
+		l.released, _ = submit(c, readScript)
+	}
+	for range 12 + rng.IntN(20) {
+		switch op := rng.IntN(10); {
+		case op < 3 || len(leases) == 0:
+			l := &scheduleLease{key: fmt.Sprintf("k%d", rng.IntN(rs.keys)), value: fmt.Sprintf("v%d-%d", seed, len(leases))}
+			leases = append(leases, l)
+			submit(acquireCommand(l.key, l.value, 60000), readAcquire(l.value))
+		case op < 5:
+			if l := leases[rng.IntN(len(leases))]; l.released == nil {
+				c := ScriptCommand(extendScript, []string{l.key}, l.value, int64(60000), "1").Of(l.value, RoleExtends)
+				submit(c, readScript)
+			}
+		case op < 7:
+			if l := leases[rng.IntN(len(leases))]; l.released == nil {
+				release(l)
+			}
+		case op == 7:
+			rs.g.hold()
+			if rng.IntN(3) == 0 { // and fill the queue, so that releases withdraw
+				for {
+					if _, ok := submit(Command{Key: "filler", Args: []any{"PING"}}, readScript); !ok {
+						break
+					}
+				}
+			}
+		case op == 8:
+			rs.g.let()
+		case op == 9:
+			require.NoError(t, rs.admin.ScriptFlush(ctx).Err())
+			for _, s := range scripts {
+				if rng.IntN(2) == 0 {
+					require.NoError(t, rs.admin.ScriptLoad(ctx, s.Src).Err())
+				}
+			}
+		}
+		if rng.IntN(4) == 0 {
+			time.Sleep(time.Duration(rng.IntN(300)) * time.Microsecond) // let a sender take a batch
+		}
+	}
+	for _, l := range leases {
+		if l.released == nil {
+			release(l)
+		}
+	}
+	rs.g.let()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	require.NoError(t, calls.wait(wctx), "a call was never answered")
+	for _, l := range leases {
+		o, err := l.released.Result(0)
+		if err != nil {
+			continue // refused (a full queue, its SET sent): the key may stay for its TTL
+		}
+		require.Contains(t, []Outcome{Granted, Missing, Taken}, o)
+		got, _ := rs.m.Get(l.key)
+		require.NotEqual(t, l.value, got, "%s holds %s after its release reported %v", l.key, l.value, o)
 	}
 }
