@@ -261,12 +261,9 @@ func (o *Observer) nodes(ctx context.Context, e redlock.Event) {
 // node's error reply, db.response.status_code where it failed.
 func (o *Observer) roundTrip(ctx context.Context, t *redlock.RoundTrip) {
 	sets := o.node(t.Node, t.Name)
+	name := dbOperationName(t)
 	if t.Err != nil {
-		attrs := append([]attribute.KeyValue{
-			attribute.String("db.system.name", "redis"),
-			attribute.String("db.operation.name", dbOperationName(t)),
-			attribute.String("error.type", tripErrorType(t.Err)),
-		}, sets.server...)
+		attrs := tripAttrs(sets.server, name, attribute.String("error.type", tripErrorType(t.Err)))
 		if code := statusCode(t.Err); code != "" {
 			attrs = append(attrs, attribute.String("db.response.status_code", code))
 		}
@@ -274,17 +271,33 @@ func (o *Observer) roundTrip(ctx context.Context, t *redlock.RoundTrip) {
 		return
 	}
 	var opts []metric.RecordOption
-	switch {
-	case t.Commands > 1:
+	switch name {
+	case "PIPELINE":
 		opts = sets.batch
-	case t.Command == "set":
+	case "SET":
 		opts = sets.set
-	case t.Command == "evalsha":
+	case "EVALSHA":
 		opts = sets.script
 	default:
-		opts = o.tripSet(sets, dbOperationName(t))
+		opts = o.tripSet(sets, name)
 	}
 	o.dbDuration.Record(ctx, t.Duration.Seconds(), opts...)
+}
+
+// tripAttrs are the attributes of a round trip named name to the server
+// whose attributes are server, and extra.
+func tripAttrs(server []attribute.KeyValue, name string, extra ...attribute.KeyValue) []attribute.KeyValue {
+	attrs := make([]attribute.KeyValue, 0, 2+len(server)+len(extra)+1) // and room for a status code
+	attrs = append(attrs, attribute.String("db.system.name", "redis"), attribute.String("db.operation.name", name))
+	attrs = append(attrs, server...)
+	return append(attrs, extra...)
+}
+
+// tripOption is the attribute set of a round trip that went well, named
+// name, to the server whose attributes are server: made once per node and
+// name (a set is sorted and allocated when made).
+func tripOption(server []attribute.KeyValue, name string) []metric.RecordOption {
+	return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(tripAttrs(server, name)...))}
 }
 
 // dbOperationName is db.operation.name of t: PIPELINE for a batch of
@@ -308,10 +321,7 @@ func (o *Observer) tripSet(n *nodeSets, name string) []metric.RecordOption {
 	defer o.nodesMu.Unlock()
 	opts, ok := n.trips[name]
 	if !ok {
-		opts = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{
-			attribute.String("db.system.name", "redis"),
-			attribute.String("db.operation.name", name),
-		}, n.server...)...))}
+		opts = tripOption(n.server, name)
 		n.trips[name] = opts
 	}
 	return opts
@@ -352,10 +362,7 @@ func (o *Observer) node(i int, name string) *nodeSets {
 func newNodeSets(name string, ops int) *nodeSets {
 	n := &nodeSets{name: name, server: serverAttrs(name), trips: map[string][]metric.RecordOption{}, failed: make([][]metric.AddOption, ops)}
 	for _, op := range []string{"SET", "EVALSHA", "PIPELINE"} {
-		n.trips[op] = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append([]attribute.KeyValue{
-			attribute.String("db.system.name", "redis"),
-			attribute.String("db.operation.name", op),
-		}, n.server...)...))}
+		n.trips[op] = tripOption(n.server, op)
 	}
 	n.set, n.script, n.batch = n.trips["SET"], n.trips["EVALSHA"], n.trips["PIPELINE"]
 	for op := range ops {

@@ -52,7 +52,7 @@ func TestAttack3ConcurrentOddRoundTrips(t *testing.T) {
 	o, reader := attack3Observer(t)
 	odd := []redlock.RoundTrip{
 		{Node: -1, Name: "node -1", Command: "set", Commands: 1},
-		{Node: 1 << 40, Name: "node huge (10.0.0.1:1)", Command: "evalsha", Commands: 1},
+		{Node: 1 << 40, Name: "node huge (127.0.0.9:1)", Command: "evalsha", Commands: 1},
 		{Node: 2, Name: "", Command: "", Commands: 0},
 		{Node: 3, Name: "node 3 (h:1)", Command: "get", Commands: 0},
 		{Node: 3, Name: "node 3 (h:1)", Command: "lrem", Commands: 1, Err: errors.New("")},

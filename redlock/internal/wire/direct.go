@@ -68,11 +68,8 @@ func (d *Direct[R]) call(ctx context.Context, c Command, s Send, to Receiver, no
 	// the node's client, or onTrip) ends this goroutine (runtime.Goexit):
 	// with its reply if it has one, else as failed (ErrHookExited).
 	var r Reply
-	replied, finished, delivered := false, false, false
-	defer func() {
-		if delivered {
-			return
-		}
+	replied, finished := false, false
+	defer func() { // the one place the reply goes
 		if !replied {
 			r = failed(ctx, ErrHookExited)
 		}
@@ -137,8 +134,6 @@ func (d *Direct[R]) call(ctx context.Context, c Command, s Send, to Receiver, no
 		// the caller's.
 		d.onTrip(RoundTrip{Sent: received.Add(-took), Received: received, Commands: 1, Command: c.Name(), Err: tripError(r.Cmd.Err(), 0)})
 	}
-	delivered = true
-	to.Receive(node, r)
 }
 
 func ownDeadline(d time.Duration, err error) error {

@@ -503,12 +503,9 @@ func (p *Pipeline[R]) exec(batch []job) {
 	// are read and judged, else as failed (ErrHookExited), never as a
 	// reply it did not get (a SET without one would read as granted). send
 	// then hands the keys and the queue on (abandon).
-	judged, delivered := false, false
+	judged := false
 	var received time.Time
-	defer func() {
-		if delivered {
-			return
-		}
+	defer func() { // the one place the batch's replies go
 		for i := range batch {
 			if !judged {
 				batch[i].cmd.SetErr(ErrHookExited)
@@ -517,7 +514,6 @@ func (p *Pipeline[R]) exec(batch []job) {
 		}
 	}()
 	t := p.sendBatch(ctx, batch)
-	command := batch[0].cmd.Name() // as sent: a rerun may send a script as EVAL
 	waitAgain, reran := p.runAgain(ctx, batch, t.wait != nil)
 	if t.wait != nil {
 		p.judgeWaits(batch, t.wait, waitAgain)
@@ -550,17 +546,13 @@ func (p *Pipeline[R]) exec(batch []job) {
 	// change none of that, and Drain, which waits for the replies, covers
 	// it.
 	if p.onTrip != nil { // one round trip for the whole batch
-		trip := RoundTrip{Sent: t.sent, Received: t.received, Commands: len(batch), Command: command}
+		trip := RoundTrip{Sent: t.sent, Received: t.received, Commands: len(batch), Command: batch[0].name()}
 		for i := range batch {
 			if trip.Err = tripError(batch[i].cmd.Err(), batch[i].timeout); trip.Err != nil {
 				break
 			}
 		}
 		p.onTrip(trip)
-	}
-	delivered = true
-	for i := range batch {
-		batch[i].deliver(received)
 	}
 }
 
@@ -761,6 +753,15 @@ func (j *job) outgoing() redis.Cmder {
 		return j.raw
 	}
 	return j.cmd
+}
+
+// name is j's command name as sent (Command.Name): "evalsha" for a script,
+// though a rerun after NOSCRIPT sent it as EVAL.
+func (j *job) name() string {
+	if j.src != "" {
+		return "evalsha"
+	}
+	return j.cmd.Name()
 }
 
 // anew returns j's command to send again: a script in full (EVAL), anything
