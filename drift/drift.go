@@ -5,8 +5,10 @@
 //
 // Everything here is a pure function of its arguments, with no I/O and no
 // clock; the caller passes the times it measured. The API is deliberately
-// tiny and stable: Bound, Default, Granted and Validity for the arithmetic;
-// Estimator, fed Readings of a node's clock, for its rate and its Jumps.
+// tiny and stable: Bound, Default, Granted and Validity for the arithmetic,
+// with Add and Mul, the saturating sums every duration of the library is
+// computed with; Estimator, fed Readings of a node's clock, for its rate and
+// its Jumps.
 //
 // It is not a clock-synchronisation scheme. Redlock assumes that clocks of
 // the client and the servers advance at nearly the same rate; the drift bound
@@ -54,9 +56,13 @@ func (b Bound) Validate() error {
 func (b Bound) Of(ttl time.Duration) time.Duration {
 	var proportional time.Duration
 	if ttl > 0 {
-		proportional = time.Duration(math.Ceil(float64(ttl) * b.Factor))
+		p := math.Ceil(float64(ttl) * b.Factor)
+		proportional = time.Duration(math.MaxInt64)
+		if p < math.MaxInt64 { // float64(MaxInt64) rounds up to 2^63, out of range
+			proportional = time.Duration(p)
+		}
 	}
-	return addSaturating(proportional, b.Fixed)
+	return Add(proportional, b.Fixed)
 }
 
 // ErrTTLTooShort reports a TTL that leaves no validity at all, even before any
@@ -98,21 +104,5 @@ func (b Bound) Check(ttl time.Duration) error {
 // never yields a negative elapsed time; a negative drift is a caller's bug),
 // so both are treated as zero. The subtraction saturates instead of wrapping.
 func Validity(ttl, elapsed, drift time.Duration) time.Duration {
-	return subSaturating(subSaturating(ttl, max(elapsed, 0)), max(drift, 0))
-}
-
-// addSaturating returns a+b for a, b >= 0, or the largest Duration on overflow.
-func addSaturating(a, b time.Duration) time.Duration {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
-}
-
-// subSaturating returns a-b for b >= 0, or the smallest Duration on overflow.
-func subSaturating(a, b time.Duration) time.Duration {
-	if a < math.MinInt64+b {
-		return math.MinInt64
-	}
-	return a - b
+	return Add(Add(ttl, -max(elapsed, 0)), -max(drift, 0))
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/redlock/redlock/drift"
 )
 
 // errDoing refuses a Lease.Do on a lease already running under Do.
@@ -61,8 +63,8 @@ func (l *Locker) Do(ctx context.Context, key string, ttl time.Duration, fn func(
 // may have less than ttl). Options.MaxHold counts from the start of this
 // Do, not from the acquisition.
 func (lease *Lease) Do(ctx context.Context, ttl time.Duration, fn func(ctx context.Context, lease *Lease) error) (err error) {
-	if lease == nil {
-		return errors.New("redlock: Do on a nil *Lease")
+	if err := lease.made("Do"); err != nil {
+		return err
 	}
 	switch {
 	case fn == nil:
@@ -155,7 +157,7 @@ func (l *Locker) keepExtending(ctx context.Context, lease *Lease, ttl time.Durat
 			return
 		case <-timer.C:
 		}
-		if l.opts.MaxHold > 0 && l.opts.Clock.Now().Sub(started)+ttl > l.opts.MaxHold {
+		if l.opts.MaxHold > 0 && drift.Add(l.opts.Clock.Now().Sub(started), ttl) > l.opts.MaxHold {
 			return // let it run out at MaxHold at the latest
 		}
 		err := lease.Extend(context.WithoutCancel(ctx), ttl)

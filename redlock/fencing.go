@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redlock/redlock/internal/hashtag"
 	"github.com/redlock/redlock/quorum"
 	"github.com/redlock/redlock/redlock/internal/wire"
 )
@@ -56,43 +54,6 @@ const maxFencingNodes = 1 << tokenNodeBits
 
 // maxCounter keeps t<<8 within a uint64.
 const maxCounter = 1<<(64-tokenNodeBits) - 1
-
-// counterSuffix ends every fencing counter's key.
-const counterSuffix = ":fencing"
-
-// counterKey returns the key of key's fencing counter, in key's hash slot.
-func counterKey(key string) (string, error) {
-	k, err := hashtag.Beside(key, counterSuffix)
-	if err != nil {
-		return "", fmt.Errorf("redlock: fencing: %w", err)
-	}
-	return k, nil
-}
-
-// counterOf reports whether key is the fencing counter of some lock, and of
-// which. No lock may take such a name: it would find the counter (a
-// contention that never ends), or plant a value where INCR needs a number.
-func counterOf(key string) (lock string, ok bool) { return besideOf(key, counterSuffix) }
-
-// besideOf reports whether key is hashtag.Beside(lock, suffix) for some
-// lock, and which.
-func besideOf(key, suffix string) (lock string, ok bool) {
-	p, found := strings.CutSuffix(key, suffix)
-	if !found {
-		return "", false
-	}
-	var candidates []string
-	if len(p) > 2 && p[0] == '{' && p[len(p)-1] == '}' {
-		candidates = append(candidates, p[1:len(p)-1]) // an untagged lock's key is {lock}+suffix
-	}
-	candidates = append(candidates, p) // a tagged one's is lock+suffix
-	for _, c := range candidates {
-		if k, err := hashtag.Beside(c, suffix); err == nil && k == key {
-			return c, true
-		}
-	}
-	return "", false
-}
 
 // acquireFencedCommand is phase 1: SET NX PX and, if set, INCR.
 func acquireFencedCommand(key, counter, value string, ms int64) wire.Command {

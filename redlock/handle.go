@@ -95,7 +95,7 @@ func (h Handle) seal() string {
 // same keys, and each Extend, Check and Unlock is the nodes' word, so hand a
 // lease over and stop using it, rather than share it.
 func (l *Lease) Handle() Handle {
-	if l == nil {
+	if l.holdsNothing() {
 		return Handle{}
 	}
 	h := Handle{Keys: l.Keys(), Value: l.value, Nodes: slices.Clone(l.locker.servers)}
@@ -123,8 +123,8 @@ var ErrOtherNodes = errors.New("redlock: the handle's lease lives on other nodes
 // ErrOtherNodes. Resume waits for the nodes as Check does (at most
 // NodeTimeout) and changes nothing on them.
 func (l *Locker) Resume(ctx context.Context, h Handle) (*Lease, error) {
-	if l == nil {
-		return nil, errors.New("redlock: Resume on a nil *Locker")
+	if err := l.made("Resume"); err != nil {
+		return nil, err
 	}
 	req, err := l.resumeRequest(ctx, h)
 	if err != nil {

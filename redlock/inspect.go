@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlock/redlock/quorum"
-	"github.com/redlock/redlock/redlock/internal/notice"
 	"github.com/redlock/redlock/redlock/internal/wire"
 )
 
@@ -76,8 +75,8 @@ type NodeHolding struct {
 // (the operator command does so); a lease's value is not a secret worth
 // keeping from an operator, but it is what Revoke targets.
 func (l *Locker) Inspect(ctx context.Context, key string) (Inspection, error) {
-	if l == nil {
-		return Inspection{}, fmt.Errorf("redlock: inspect %q: nil *Locker", key)
+	if err := l.made("Inspect"); err != nil {
+		return Inspection{}, err
 	}
 	if err := checkKey(ctx, "inspect", key); err != nil {
 		return Inspection{}, err
@@ -209,29 +208,6 @@ func pttl(ms int64) time.Duration {
 		return 0
 	}
 	return time.Duration(ms) * time.Millisecond
-}
-
-// checkKey validates the arguments every operation on a key shares (the
-// context's state aside).
-func checkKey(ctx context.Context, op, key string) error {
-	switch {
-	case ctx == nil:
-		return fmt.Errorf("redlock: %s %q: nil context", op, key)
-	case key == "":
-		return fmt.Errorf("redlock: %s: empty key", op)
-	case len(key) > MaxKeyLen:
-		return fmt.Errorf("redlock: %s: key of %d bytes is longer than MaxKeyLen (%d)", op, len(key), MaxKeyLen)
-	}
-	if lock, ok := counterOf(key); ok {
-		return fmt.Errorf("redlock: %s %q: the name is reserved: it is the fencing counter of lock %q", op, key, lock)
-	}
-	if lock, ok := tombstoneOf(key); ok {
-		return fmt.Errorf("redlock: %s %q: the name is reserved: it is the revocation tombstone of lock %q", op, key, lock)
-	}
-	if lock, ok := besideOf(key, notice.LineSuffix); ok {
-		return fmt.Errorf("redlock: %s %q: the name is reserved: it is the line of Lockers waiting for lock %q", op, key, lock)
-	}
-	return nil
 }
 
 // collected is the error of an operator's round for the nodes that did not

@@ -99,7 +99,7 @@ func (l *Lease) Until() time.Time {
 // Validity returns the validity left now; <= 0 once the lease has expired,
 // failed to extend, or been unlocked.
 func (l *Lease) Validity() time.Duration {
-	if l == nil {
+	if l.holdsNothing() {
 		return 0
 	}
 	return l.Until().Sub(l.locker.opts.Clock.Now())
@@ -145,7 +145,7 @@ var closed = func() chan struct{} {
 // validity runs out, when an Extend or Check finds it gone, or when it is
 // unlocked. Work protected by the lease should stop when it closes.
 func (l *Lease) Done() <-chan struct{} {
-	if l == nil {
+	if l.holdsNothing() {
 		return closed // a nil lease holds nothing
 	}
 	l.mu.Lock()
@@ -224,8 +224,8 @@ func (l *Lease) usable(op string) error {
 // than the extension's TTL where it applied, so the lease keeps the smaller
 // of its validity and the extension's, and Extend may be tried again.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
-	if l == nil {
-		return errors.New("redlock: Extend on a nil *Lease")
+	if err := l.made("Extend"); err != nil {
+		return err
 	}
 	req, err := l.locker.request(ctx, "extend", l.key, ttl)
 	if err != nil {
@@ -293,7 +293,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 // it again. A node whose vote the node guard did not count is not among
 // them. It costs no round trip.
 func (l *Lease) Holders() int {
-	if l == nil {
+	if l.holdsNothing() {
 		return 0
 	}
 	l.mu.Lock()
@@ -369,8 +369,8 @@ func (l *Lease) setUntilLocked(until time.Time, span time.Duration) {
 // Unlock cleans up even when ctx is already done: releases are sent on a
 // context detached from ctx, and Unlock returns within about NodeTimeout.
 func (l *Lease) Unlock(ctx context.Context) error {
-	if l == nil {
-		return errors.New("redlock: Unlock on a nil *Lease")
+	if err := l.made("Unlock"); err != nil {
+		return err
 	}
 	if ctx == nil {
 		ctx = context.Background() // nothing to inherit; cleanup must still run
@@ -429,8 +429,8 @@ func (l *Lease) Unlock(ctx context.Context) error {
 // answered that the value is gone; a *QuorumError when nodes failed. Check
 // reads the masters (never replicas) and changes nothing.
 func (l *Lease) Check(ctx context.Context) error {
-	if l == nil {
-		return errors.New("redlock: Check on a nil *Lease")
+	if err := l.made("Check"); err != nil {
+		return err
 	}
 	if ctx == nil {
 		return fmt.Errorf("redlock: check %q: nil context", l.key)

@@ -76,7 +76,7 @@ func New(nodes []Node, opts *Options) (*Locker, error) {
 		l.notices = newNotices(ns, &l.turns, o.NodeTimeout, l.id)
 		// A client that unlocks and locks again within a poll, after its
 		// release named another Locker, waits for its turn (waitq.Join).
-		l.turns.PassedFor = o.RetryDelay + o.RetryJitter
+		l.turns.PassedFor = drift.Add(o.RetryDelay, o.RetryJitter)
 	}
 	return l, nil
 }
@@ -91,8 +91,8 @@ func New(nodes []Node, opts *Options) (*Locker, error) {
 // before TryLock returns, or, for nodes that had not answered, as soon as
 // they do.
 func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
-	if l == nil {
-		return nil, errors.New("redlock: TryLock on a nil *Locker")
+	if err := l.made("TryLock"); err != nil {
+		return nil, err
 	}
 	req, err := l.request(ctx, "acquire", key, ttl)
 	if err != nil {
@@ -122,8 +122,8 @@ func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*L
 // cancellation is consent to wait until the lock is free, however long that
 // is. Give it a deadline to bound the wait.
 func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
-	if l == nil {
-		return nil, errors.New("redlock: Lock on a nil *Locker")
+	if err := l.made("Lock"); err != nil {
+		return nil, err
 	}
 	req, err := l.request(ctx, "acquire", key, ttl)
 	if err != nil {
@@ -180,7 +180,7 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 	}
 	for {
 		if !ready {
-			poll := l.retryWait() + l.splitBackoff(tries.split)
+			poll := drift.Add(l.retryWait(), l.splitBackoff(tries.split))
 			if passed {
 				// The first wait after a turn passed to another Locker:
 				// as long as that one takes to try (see handOffWait).
@@ -390,7 +390,7 @@ func (l *Locker) splitBackoff(split int) time.Duration {
 	if unit <= 0 {
 		return 0
 	}
-	return mathrand.N(unit << min(split, 5))
+	return mathrand.N(drift.Mul(unit, 1<<min(split, 5)))
 }
 
 // retryWait is a random delay in [RetryDelay, RetryDelay+RetryJitter): how
@@ -398,7 +398,7 @@ func (l *Locker) splitBackoff(split int) time.Duration {
 func (l *Locker) retryWait() time.Duration {
 	wait := l.opts.RetryDelay
 	if l.opts.RetryJitter > 0 {
-		wait += mathrand.N(l.opts.RetryJitter)
+		wait = drift.Add(wait, mathrand.N(l.opts.RetryJitter))
 	}
 	return wait
 }
@@ -408,8 +408,8 @@ func (l *Locker) retryWait() time.Duration {
 // before the process exits, so that a late grant is not left to expire on its
 // own. It returns ctx's error if ctx ends first.
 func (l *Locker) Drain(ctx context.Context) error {
-	if l == nil {
-		return errors.New("redlock: Drain on a nil *Locker")
+	if err := l.made("Drain"); err != nil {
+		return err
 	}
 	if ctx == nil {
 		return errors.New("redlock: Drain: nil context")
@@ -707,7 +707,7 @@ func (l *Locker) yielding(ctx context.Context, req request, start time.Time) (de
 	var timer atomic.Pointer[time.Timer]
 	contended = func() {
 		once.Do(func() {
-			grace := max(2*l.opts.Clock.Now().Sub(start), minYield) << min(2*req.yielded, 20)
+			grace := drift.Mul(max(drift.Mul(l.opts.Clock.Now().Sub(start), 2), minYield), 1<<min(2*req.yielded, 20))
 			timer.Store(time.AfterFunc(min(grace, l.opts.NodeTimeout), func() { cancel(errNotWaitedFor) }))
 		})
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlock/redlock/drift"
 	"github.com/redlock/redlock/internal/hashtag"
 	"github.com/redlock/redlock/redlock/internal/wire"
 )
@@ -77,8 +78,8 @@ var (
 // The lease's Key is the first of its keys in sorted order, Keys all of
 // them; Extend, Check and Unlock act on all of them together.
 func (l *Locker) TryLockMulti(ctx context.Context, keys []string, ttl time.Duration) (*Lease, error) {
-	if l == nil {
-		return nil, errors.New("redlock: TryLockMulti on a nil *Locker")
+	if err := l.made("TryLockMulti"); err != nil {
+		return nil, err
 	}
 	req, err := l.multiRequest(ctx, "acquire", keys, ttl)
 	if err != nil {
@@ -96,8 +97,8 @@ func (l *Locker) TryLockMulti(ctx context.Context, keys []string, ttl time.Durat
 // nodes once one refused (as Lock's do). Give ctx a deadline to bound the
 // wait.
 func (l *Locker) LockMulti(ctx context.Context, keys []string, ttl time.Duration) (*Lease, error) {
-	if l == nil {
-		return nil, errors.New("redlock: LockMulti on a nil *Locker")
+	if err := l.made("LockMulti"); err != nil {
+		return nil, err
 	}
 	req, err := l.multiRequest(ctx, "acquire", keys, ttl)
 	if err != nil {
@@ -116,7 +117,7 @@ func (l *Locker) LockMulti(ctx context.Context, keys []string, ttl time.Duration
 			}
 			return nil, tries.gaveUp(ctx, req.describe(), err)
 		}
-		timer := time.NewTimer(l.retryWait() + l.splitBackoff(tries.split))
+		timer := time.NewTimer(drift.Add(l.retryWait(), l.splitBackoff(tries.split)))
 		select {
 		case <-timer.C:
 		case <-ctx.Done():

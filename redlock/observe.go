@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redlock/redlock/drift"
 	"github.com/redlock/redlock/quorum"
 	"github.com/redlock/redlock/redlock/internal/wire"
 )
@@ -247,7 +248,7 @@ func (l *Locker) resultsInto(out []NodeResult, tally quorum.Tally[Outcome], t *l
 			// call's own deadline did (the two race on the direct
 			// transport): the same error to errors.Is, with what the
 			// node's dial met where that is known.
-			err = l.nodes[i].dials.withDialCause(asNoReply(err), 2*l.opts.NodeTimeout)
+			err = l.nodes[i].dials.withDialCause(asNoReply(err), drift.Mul(l.opts.NodeTimeout, 2))
 		}
 		out[i] = NodeResult{Node: i, Name: l.nodes[i].name, Outcome: v.Value, Err: err, Latency: t.of(i)}
 		switch {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/redlock/redlock/clock"
 	"github.com/redlock/redlock/drift"
+	"github.com/redlock/redlock/redlock/internal/guard"
 )
 
 // Options configures a Locker. The zero value of every field means its
@@ -59,7 +60,9 @@ type Options struct {
 	// The node guard quarantines for the longest MaxTTL any Locker
 	// declared on its nodes (their markers carry it); a node that forgot
 	// its memory forgot that too, so give every Locker of a deployment the
-	// same value. Default 1 minute; must not be negative.
+	// same value. Default 1 minute; must not be negative nor above
+	// MaxTTLLimit (a day): a quarantine lasts MaxTTL, so "no limit" is not a
+	// setting the guard could keep.
 	MaxTTL time.Duration
 
 	// NoQuarantine turns the node guard off (see Locker.TrustNodes and
@@ -178,6 +181,14 @@ const (
 	DefaultMaxTTL      = time.Minute
 )
 
+// MaxTTLLimit is the largest Options.MaxTTL New accepts, and the longest
+// quarantine a node's marker can ask of any Locker (a longer MaxTTL read
+// from a marker counts as MaxTTLLimit: never less than what was declared
+// within range, never the overflow that a setting meant as "no limit" would
+// be). A lease that must last longer is extended (Do, Extend), which keeps
+// each TTL short and the quarantine after a node's restart short with it.
+const MaxTTLLimit = guard.MaxTTLLimit
+
 // withDefaults returns a copy of o with defaults applied, or an error naming
 // the first invalid field.
 func (o *Options) withDefaults() (Options, error) {
@@ -199,6 +210,9 @@ func (o *Options) withDefaults() (Options, error) {
 		if f.v < 0 {
 			return Options{}, fmt.Errorf("redlock: Options.%s is %v; it must not be negative", f.name, f.v)
 		}
+	}
+	if c.MaxTTL > MaxTTLLimit {
+		return Options{}, fmt.Errorf("redlock: Options.MaxTTL is %v; it must not be above MaxTTLLimit (%v): a quarantine lasts MaxTTL", c.MaxTTL, MaxTTLLimit)
 	}
 	if err := checkOwner(c.Owner); err != nil {
 		return Options{}, err

@@ -26,8 +26,8 @@ var ErrNodeQuarantined = guard.ErrNodeQuarantined
 // slot, through the masters that serve them. It does not lift a quarantine
 // for a clock jump. It returns every node's error, after trying them all.
 func (l *Locker) TrustNodes(ctx context.Context) error {
-	if l == nil {
-		return errors.New("redlock: TrustNodes on a nil *Locker")
+	if err := l.made("TrustNodes"); err != nil {
+		return err
 	}
 	if ctx == nil {
 		return errors.New("redlock: TrustNodes: nil context")

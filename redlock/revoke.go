@@ -10,30 +10,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redlock/redlock/internal/hashtag"
 	"github.com/redlock/redlock/redlock/internal/wire"
 )
-
-// tombstoneSuffix ends every revocation tombstone's key.
-const tombstoneSuffix = ":redlock-revoked"
-
-// tombstoneKey returns the key of key's revocation tombstone, in key's hash
-// slot.
-func tombstoneKey(key string) (string, error) { return hashtag.Beside(key, tombstoneSuffix) }
-
-// tombstoneOf reports whether key is the revocation tombstone of some lock,
-// and of which. No lock may take such a name.
-func tombstoneOf(key string) (lock string, ok bool) { return besideOf(key, tombstoneSuffix) }
-
-// auxiliaryKeys are key's fencing counter and revocation tombstone, which
-// share its hash slot; an error for a key that cannot carry a hash tag.
-func auxiliaryKeys(key string) (counter, tombstone string, err error) {
-	if counter, err = counterKey(key); err != nil {
-		return "", "", err
-	}
-	tombstone, err = tombstoneKey(key)
-	return counter, tombstone, err
-}
 
 // Revocation is what Revoke deleted on each node.
 type Revocation struct {
@@ -87,8 +65,8 @@ func (r Revocation) Holders() []string {
 // cannot carry a tombstone (see Options.Fencing on such keys): it is
 // deleted, and the error says a healing holder may set it again.
 func (l *Locker) Revoke(ctx context.Context, key string) (Revocation, error) {
-	if l == nil {
-		return Revocation{}, fmt.Errorf("redlock: revoke %q: nil *Locker", key)
+	if err := l.made("Revoke"); err != nil {
+		return Revocation{}, err
 	}
 	if err := checkKey(ctx, "revoke", key); err != nil {
 		return Revocation{}, err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlock/redlock/drift"
 	"github.com/redlock/redlock/redlock/internal/notice"
 	"github.com/redlock/redlock/redlock/internal/waitq"
 	"github.com/redlock/redlock/redlock/internal/wire"
@@ -104,7 +105,7 @@ func (l *Locker) needHeard() int {
 // (Health's RTT: the majority-th fastest node), before an attempt that a
 // release elsewhere woke. It reports false if ctx ends first.
 func (l *Locker) stagger(ctx context.Context) bool {
-	window := min(2*l.medianRTT(), l.opts.NodeTimeout)
+	window := min(drift.Mul(l.medianRTT(), 2), l.opts.NodeTimeout)
 	if window <= 0 {
 		return true
 	}
@@ -138,5 +139,5 @@ func (l *Locker) medianRTT() time.Duration {
 // majority, at least a millisecond), and no longer, in case it is gone
 // (its place left in the line by a crash), and never past a poll.
 func (l *Locker) handOffWait(poll time.Duration) time.Duration {
-	return min(max(4*l.medianRTT(), time.Millisecond), poll)
+	return min(max(drift.Mul(l.medianRTT(), 4), time.Millisecond), poll)
 }

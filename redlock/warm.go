@@ -36,8 +36,8 @@ import (
 // Connections idle longer than the client's ConnMaxIdleTime are closed by
 // go-redis; Warm again after a long idle spell if it matters.
 func (l *Locker) Warm(ctx context.Context) error {
-	if l == nil {
-		return errors.New("redlock: Warm on a nil *Locker")
+	if err := l.made("Warm"); err != nil {
+		return err
 	}
 	if ctx == nil {
 		return errors.New("redlock: Warm: nil context")

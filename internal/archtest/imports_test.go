@@ -24,7 +24,8 @@ const goRedis = "github.com/redis/go-redis/v9"
 //     only.
 //   - redlock/internal/reply reads what a node says (ACL refusals, INFO,
 //     redirections): go-redis only.
-//   - redlock/internal/wire, the transport: go-redis and reply; never the
+//   - redlock/internal/wire, the transport: go-redis, reply and drift (its
+//     saturating sums); never the
 //     coordinator nor the guard. It knows what a command is, not what a
 //     lock is.
 //   - redlock/internal/guard, the node guard's engine: the transport's
@@ -41,7 +42,7 @@ var allowed = map[string][]string{
 	"drift":                   nil,
 	"quorum":                  nil,
 	"redlock/internal/reply":  {goRedis},
-	"redlock/internal/wire":   {"redlock/internal/reply", goRedis},
+	"redlock/internal/wire":   {"redlock/internal/reply", "drift", goRedis},
 	"redlock/internal/guard":  {"redlock/internal/wire", "redlock/internal/reply", "clock", "drift", "internal/hashtag", goRedis},
 	"redlock/internal/waitq":  nil,
 	"redlock/internal/notice": {"internal/hashtag", goRedis},

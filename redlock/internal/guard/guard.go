@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -47,8 +48,21 @@ func markerExpiry() int64 {
 // more as soon as its marker ages, and is read by TIME.
 const expiryAgreement = 5 * time.Millisecond
 
+// MaxTTLLimit is the longest MaxTTL a Locker may declare (redlock.MaxTTLLimit)
+// and the longest quarantine a marker can ask for: a declared value read
+// from a node is input, and one above this counts as this (never as less:
+// see declaredTTL).
+const MaxTTLLimit = 24 * time.Hour
+
 // markerKey is the guard's marker on every node but a Redis Cluster.
 const markerKey = "redlock:memory"
+
+// IsMarker reports whether name is a marker the guard writes: markerKey, or
+// a hash slot's marker on a Redis Cluster. No lock may take such a name
+// (redlock's names.go): a Revoke of it, say, would quarantine every node.
+func IsMarker(name string) bool {
+	return name == markerKey || strings.HasPrefix(name, markerKey+":{") && name == slotMarker(hashtag.Slot(name))
+}
 
 // slotMarker is the marker of a hash slot on a Redis Cluster.
 func slotMarker(slot int) string {
@@ -186,7 +200,7 @@ func (g *Guard) verdictAt(state memoryState, now time.Time) error {
 func (g *Guard) examine(ctx context.Context, ex redis.Scripter, marker string) (_ memoryState, weakened bool, _ error) {
 	seq := g.examSeq.Add(1)
 	sent := time.Now()
-	res, proof, err := g.examined.run(ctx, ex, marker, markerExpiry(), g.quarantineTTL().Milliseconds(), g.waitReplicas)
+	res, proof, err := g.examined.run(ctx, ex, marker, markerExpiry(), g.quarantineTTL().Milliseconds(), g.waitReplicas, MaxTTLLimit.Milliseconds())
 	received := time.Now()
 	if err != nil {
 		// Whatever this Locker knew of the marker is stale now (unless an
@@ -250,7 +264,7 @@ func (g *Guard) clearAt(state memoryState) time.Time {
 	if left <= 0 {
 		return state.examinedAt
 	}
-	return state.examinedAt.Add(left + g.bound.Of(left))
+	return state.examinedAt.Add(drift.Add(left, g.bound.Of(left)))
 }
 
 // markerFields is a marker's content (see examine.lua).
@@ -276,10 +290,10 @@ func parseMarker(value string) (markerFields, error) {
 	}
 	if len(f) >= 3 {
 		ms, err := strconv.ParseInt(f[2], 10, 64)
-		if err != nil {
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
 			return m, fmt.Errorf("holds %q, whose MaxTTL field is not in ms", value)
 		}
-		m.declared = time.Duration(ms) * time.Millisecond
+		m.declared = declaredTTL(ms)
 	}
 	if len(f) == 8 {
 		if m.history, err = parseHistory(f[3], f[5], f[6]); err != nil {
@@ -290,6 +304,22 @@ func parseMarker(value string) (markerFields, error) {
 		}
 	}
 	return m, nil
+}
+
+// declaredTTL reads a marker's MaxTTL field (ms) as a quarantine's length.
+// It is input from a node, written by any Locker or by hand: a value within
+// [0, MaxTTLLimit] is taken as it is; one above counts as MaxTTLLimit (a
+// quarantine a value out of range asks for is never shortened by it, and
+// never overflows into the past either); a negative one says nothing (0:
+// the Locker's own MaxTTL stands).
+func declaredTTL(ms int64) time.Duration {
+	switch {
+	case ms < 0:
+		return 0
+	case ms > MaxTTLLimit.Milliseconds():
+		return MaxTTLLimit
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // learn records the longest MaxTTL a Locker declared on the node, and
@@ -379,7 +409,7 @@ func (g *Guard) record(r drift.Reading) {
 	if jumped && jump.Size > 0 {
 		g.mu.Lock()
 		maxTTL := g.quarantineTTL()
-		g.jumpEnd, g.jumpSize = g.now.Now().Add(maxTTL+g.bound.Of(maxTTL)), jump.Size
+		g.jumpEnd, g.jumpSize = g.now.Now().Add(drift.Add(maxTTL, g.bound.Of(maxTTL))), jump.Size
 		g.mu.Unlock()
 	}
 }

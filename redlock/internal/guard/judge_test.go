@@ -30,6 +30,9 @@ type scriptedNode struct {
 	examined int
 	marker   string        // the marker's value, as the last examination left it
 	declared time.Duration // the MaxTTL the marker declares
+	// declaredField, if set, is the marker's MaxTTL field as written,
+	// instead of declared: a value no Locker of this version writes.
+	declaredField string
 }
 
 func (n *scriptedNode) nodeNow() time.Time { return time.Now().Add(n.offset) }
@@ -40,7 +43,11 @@ func (n *scriptedNode) examine(ctx context.Context) *redis.Cmd {
 	if n.marker != "" {
 		found = n.marker
 	}
-	n.marker = fmt.Sprintf("%d run1 %d", n.began.UnixMilli(), n.declared.Milliseconds())
+	field := fmt.Sprint(n.declared.Milliseconds())
+	if n.declaredField != "" {
+		field = n.declaredField
+	}
+	n.marker = fmt.Sprintf("%d run1 %s", n.began.UnixMilli(), field)
 	at := n.nodeNow()
 	cmd := redis.NewCmd(ctx)
 	// {marker, seconds, microseconds, expiry (-3: not read), pttl,

@@ -28,7 +28,7 @@ func Trust(ctx context.Context, n wire.Node, maxTTL time.Duration, waitReplicas 
 func trust(ctx context.Context, n wire.Node, maxTTL time.Duration, waitReplicas int) error {
 	cc, ok := n.(*redis.ClusterClient)
 	if !ok {
-		return trustScript.Run(ctx, n, []string{markerKey}, markerExpiry(), maxTTL.Milliseconds(), waitReplicas).Err()
+		return trustScript.Run(ctx, n, []string{markerKey}, markerExpiry(), maxTTL.Milliseconds(), waitReplicas, MaxTTLLimit.Milliseconds()).Err()
 	}
 	// Every slot's marker, written on the master that serves it, with that
 	// master's run_id: plain SETs, in one pipeline per master (16,384

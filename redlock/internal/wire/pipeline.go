@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlock/redlock/drift"
 )
 
 // Pipeline is the transport the coordinator gives each *redis.Client node
@@ -90,7 +91,7 @@ type Pipeline[R any] struct {
 // no longer answering: ten NodeTimeouts, and at least half a second, so that
 // a slow reply is not taken for a dead node.
 func StallAfter(nodeTimeout time.Duration) time.Duration {
-	return max(10*nodeTimeout, 500*time.Millisecond)
+	return max(drift.Mul(nodeTimeout, 10), 500*time.Millisecond)
 }
 
 // PipelineQueue bounds the commands waiting for one node's senders; batchMax

@@ -9,7 +9,9 @@
 -- node had at an examination in that history), and the keys the process
 -- had evicted (evicted_keys). Markers of earlier versions have only the
 -- first two or three fields. ARGV[2] is this Locker's MaxTTL (ms), ARGV[3]
--- its WaitReplicas.
+-- its WaitReplicas, ARGV[4] the longest MaxTTL any Locker may declare
+-- (MaxTTLLimit, ms): a marker's larger value is kept as that, never as a
+-- number string.format could not write.
 -- ARGV[1] is an absolute expiry (ms, a century or two ahead) for a marker
 -- this script writes, or finds without one: every write of the marker moves
 -- its expiry, so the expiry names the marker, and the client can read the
@@ -103,7 +105,7 @@ if m then
 		began, run = tonumber(f[1]), f[2]
 		local d = tonumber(f[3] or "")
 		if d and d > declared then
-			declared = d
+			declared = math.min(d, tonumber(ARGV[4]))
 		end
 		if #f == 8 then
 			mreplid, mfed, mwait, mreplicas, mevicted = f[4], tonumber(f[5]), tonumber(f[6]), tonumber(f[7]), tonumber(f[8])

@@ -34,12 +34,12 @@ if stats then
 	evicted = tonumber(string.match(stats, "evicted_keys:(%d+)") or "0")
 end
 -- The longest MaxTTL a Locker declared (ARGV[2], and the marker's own) is
--- kept: see examine.lua.
+-- kept, at most ARGV[4] (MaxTTLLimit): see examine.lua.
 local declared = tonumber(ARGV[2]) or 0
 local m = redis.call("GET", KEYS[1])
 local d = m and tonumber(string.match(m, "^%d+ %S+ (%d+)") or "")
 if d and d > declared then
-	declared = d
+	declared = math.min(d, tonumber(ARGV[4]))
 end
 redis.call("SET", KEYS[1], string.format("0 %s %d %s %d %d %d %d", id, declared, replid, fed, tonumber(ARGV[3]) or 0, replicas, evicted), "PXAT", ARGV[1])
 return 1
