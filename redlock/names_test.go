@@ -19,13 +19,13 @@ import (
 // and a lock's fencing counter, tombstone, line and release channel, plain
 // and tagged.
 var reservedNames = map[string]string{
-	"redlock:memory":                                 "the node guard's marker",
+	"redlock:memory": "the node guard's marker",
 	"redlock:memory:{" + hashtag.TagFor(1234) + "}": "the node guard's marker",
-	"{k}:fencing":                                    `the fencing counter of lock "k"`,
-	"a{t}:fencing":                                   `the fencing counter of lock "a{t}"`,
-	"{k}:redlock-revoked":                            `the revocation tombstone of lock "k"`,
-	"{k}:redlock-waiters":                            `the line of Lockers waiting for lock "k"`,
-	"{k}:redlock-released":                           `the release channel of lock "k"`,
+	"{k}:fencing":          `the fencing counter of lock "k"`,
+	"a{t}:fencing":         `the fencing counter of lock "a{t}"`,
+	"{k}:redlock-revoked":  `the revocation tombstone of lock "k"`,
+	"{k}:redlock-waiters":  `the line of Lockers waiting for lock "k"`,
+	"{k}:redlock-released": `the release channel of lock "k"`,
 }
 
 // TestReservedNamesAreRefusedEverywhereAKeyIsNamed: every operation that
@@ -45,10 +45,16 @@ func TestReservedNamesAreRefusedEverywhereAKeyIsNamed(t *testing.T) {
 	markers := markersOf(t, c.servers)
 
 	ops := map[string]func(ctx context.Context, key string) error{
-		"TryLock":      func(ctx context.Context, key string) error { _, err := l.TryLock(ctx, key, time.Second); return err },
-		"Lock":         func(ctx context.Context, key string) error { _, err := l.Lock(ctx, key, time.Second); return err },
-		"TryLockMulti": func(ctx context.Context, key string) error { _, err := l.TryLockMulti(ctx, []string{key, "other"}, time.Second); return err },
-		"LockMulti":    func(ctx context.Context, key string) error { _, err := l.LockMulti(ctx, []string{"other", key}, time.Second); return err },
+		"TryLock": func(ctx context.Context, key string) error { _, err := l.TryLock(ctx, key, time.Second); return err },
+		"Lock":    func(ctx context.Context, key string) error { _, err := l.Lock(ctx, key, time.Second); return err },
+		"TryLockMulti": func(ctx context.Context, key string) error {
+			_, err := l.TryLockMulti(ctx, []string{key, "other"}, time.Second)
+			return err
+		},
+		"LockMulti": func(ctx context.Context, key string) error {
+			_, err := l.LockMulti(ctx, []string{"other", key}, time.Second)
+			return err
+		},
 		"Do": func(ctx context.Context, key string) error {
 			return l.Do(ctx, key, time.Second, func(context.Context, *redlock.Lease) error { return nil })
 		},
