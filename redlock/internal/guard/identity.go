@@ -65,7 +65,7 @@ type DuplicateError struct {
 }
 
 func (e *DuplicateError) Error() string {
-	return fmt.Sprintf("%v: %s is the same server as %s (run_id %s); only %s's votes count", ErrDuplicateNode, e.NodeName, e.OfName, e.Server, e.OfName)
+	return fmt.Sprintf("%v: %s is the same server as %s (run_id %s), whose votes count instead", ErrDuplicateNode, e.NodeName, e.OfName, e.Server)
 }
 
 func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicateNode }
