@@ -253,7 +253,7 @@ func newNodeClock(c *cluster, i int, byExpiry bool) *nodeClock {
 			p.WriteBulk(strconv.FormatInt(int64(now.Nanosecond()/1000), 10))
 			return true
 		case byExpiry && strings.EqualFold(cmd, "info") && len(args) == 1 && strings.EqualFold(args[0], "server"):
-			p.WriteBulk("# Server\r\nrun_id:" + strings.Repeat("ab", 20) + "\r\nuptime_in_seconds:3600\r\n")
+			p.WriteBulk("# Server\r\nrun_id:" + runIDOf(i) + "\r\nuptime_in_seconds:3600\r\n")
 			return true
 		}
 		return false

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redlock/redlock/redlock/internal/guard"
 	"github.com/redlock/redlock/redlock/internal/reply"
 )
@@ -28,6 +30,14 @@ type NodeHealth struct {
 	// Cluster node), and so does a clock jump.
 	QuarantineLeft  time.Duration
 	QuarantineCause string
+
+	// Duplicate is set (errors.Is ErrDuplicateNode, naming both nodes)
+	// where the node answers as the same server as another node, whose
+	// votes count instead: its own do not. As the node guard decided at
+	// its last examination; with Options.NoQuarantine, as the run_ids read
+	// now say (INFO server; not for a Redis Cluster node), of which the
+	// later node of the pair is named.
+	Duplicate error
 
 	// The node's clock against this process's, from the readings that
 	// guarded round trips carry (none with Options.NoQuarantine, nor on a
@@ -82,23 +92,32 @@ func (l *Locker) Health() []NodeHealth {
 		return nil
 	}
 	out := make([]NodeHealth, len(l.nodes))
+	runs := make([][]string, len(l.nodes)) // each node's server (see identity.go)
 	var wg sync.WaitGroup
 	for i, n := range l.nodes {
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), max(l.opts.NodeTimeout, time.Second))
 			defer cancel()
-			out[i] = n.health(ctx, l.opts.Clock.Now())
+			out[i], runs[i] = n.health(ctx, l.opts.Clock.Now())
 		})
 	}
 	wg.Wait()
+	for i, n := range l.nodes {
+		if n.guard == nil {
+			out[i].Duplicate = duplicate(l.nodes, runs, i)
+		}
+	}
 	return out
 }
 
-func (n node) health(ctx context.Context, now time.Time) NodeHealth {
+// health returns n's health, and the run_id of the server that answered
+// its INFO (none for a Redis Cluster node, whose INFO any node answers).
+func (n node) health(ctx context.Context, now time.Time) (NodeHealth, []string) {
 	h := NodeHealth{Node: n.index, Name: n.name}
 	h.RTT, h.Failures = n.stats.recent(now)
 	h.QuarantineLeft, h.QuarantineCause = n.quarantine(now)
 	if g := n.guard; g != nil {
+		h.Duplicate = g.Duplicate()
 		if c := g.Clock(); c != nil {
 			h.ClockReadBy = ClockByTime
 			if g.ReadsClockByExpiry() {
@@ -110,6 +129,12 @@ func (n node) health(ctx context.Context, now time.Time) NodeHealth {
 	}
 	h.Durability = n.durability(ctx)
 	info, err := n.Do(ctx, "INFO", "server").Text()
+	var runs []string
+	if _, cluster := n.Node.(*redis.ClusterClient); !cluster {
+		if run := runID(info, err); run != "" {
+			runs = []string{run}
+		}
+	}
 	for _, section := range []string{"replication", "memory"} {
 		if err != nil {
 			break
@@ -121,7 +146,7 @@ func (n node) health(ctx context.Context, now time.Time) NodeHealth {
 	}
 	if err != nil {
 		h.Err = fmt.Errorf("INFO: %w", reply.Denied("INFO (Health reads server, replication and memory)", err))
-		return h
+		return h, runs
 	}
 	f := reply.InfoFields(info)
 	h.Version, h.Role = f["redis_version"], f["role"]
@@ -131,7 +156,7 @@ func (n node) health(ctx context.Context, now time.Time) NodeHealth {
 	h.Replicas, _ = strconv.Atoi(f["connected_slaves"])
 	h.MaxmemoryPolicy = f["maxmemory_policy"]
 	h.Evicts = evicts(f["maxmemory"], h.MaxmemoryPolicy)
-	return h
+	return h, runs
 }
 
 // quarantine is how long the node guard keeps n's votes out of the quorum

@@ -20,7 +20,10 @@ import (
 // *redis.Ring and redis.UniversalClient all satisfy it (a Ring of one shard
 // while the node guard is on: it watches one server). Each Node must be a
 // separate failure domain: Redlock's majority means nothing if two Nodes are
-// the same server, or a primary and its replica. A Node may itself be
+// the same server, or a primary and its replica. Two Nodes that are one
+// server are refused by New where their addresses say so, by Warm, and in
+// every vote while the node guard is on (ErrDuplicateNode; see
+// identity.go); a primary and its replica are not caught. A Node may itself be
 // replicated: a Sentinel-backed redis.NewFailoverClient, or a Redis Cluster
 // (see Options.WaitReplicas); one ClusterClient alone (N = 1) is a
 // supported configuration.
@@ -96,6 +99,11 @@ func newNodes(nodes []Node, o *Options, w *wire.Wait) ([]node, error) {
 	seen := make(map[any]int, len(nodes))
 	identities := make([]string, len(nodes))
 	declared := new(atomic.Int64) // the longest MaxTTL declared on any node (see guard.learn)
+	names := make([]string, len(nodes))
+	var servers *guard.Identities // which server each node answers as (see internal/guard/identity.go)
+	if len(nodes) > 1 && !o.NoQuarantine {
+		servers = guard.NewIdentities(names) // names are filled in below
+	}
 	for i, n := range nodes {
 		if n == nil {
 			return nil, fmt.Errorf("redlock: node %d is nil", i)
@@ -105,9 +113,10 @@ func newNodes(nodes []Node, o *Options, w *wire.Wait) ([]node, error) {
 		}
 		name, addr, identity := describe(i, n)
 		if j, dup := seen[identity]; dup {
-			return nil, fmt.Errorf("redlock: nodes %d and %d are the same server (%s); each node must be independent", j, i, name)
+			return nil, fmt.Errorf("%w: nodes %d and %d are the same server (%s; %s); each node must be independent", ErrDuplicateNode, j, i, names[j], name)
 		}
 		seen[identity] = i
+		names[i] = name
 		identities[i] = addr
 		if addr == "" {
 			identities[i] = fmt.Sprintf("~%06d", i) // after every address, in list order
@@ -120,7 +129,7 @@ func newNodes(nodes []Node, o *Options, w *wire.Wait) ([]node, error) {
 				return nil, fmt.Errorf("redlock: node %d is a *redis.Ring of %d shards: the node guard cannot watch more than one server per node (give each shard as a node of its own, or set Options.NoQuarantine)", i, len(r.Options().Addrs))
 			}
 			_, cluster := n.(*redis.ClusterClient)
-			out[i].guard = guard.New(guard.Config{MaxTTL: o.MaxTTL, WaitReplicas: o.WaitReplicas, Bound: o.bound(), Clock: o.Clock, Cluster: cluster, Declared: declared})
+			out[i].guard = guard.New(guard.Config{MaxTTL: o.MaxTTL, WaitReplicas: o.WaitReplicas, Bound: o.bound(), Clock: o.Clock, Cluster: cluster, Declared: declared, Identities: servers, Node: i})
 			if o.Observer != nil {
 				out[i].watch = new(nodeWatch)
 			}
@@ -166,9 +175,11 @@ const failoverAddr = "FailoverClient"
 
 // describe names node i for errors, and returns the server's address where
 // the client says ("" otherwise) and an identity that two Node values share
-// when they reach the same server: the client's network and address
-// (databases of one server are one failure domain, so the database does not
-// count), else the Node value itself.
+// when they reach the same server: the client's network and address, with
+// the obvious aliases of one address resolved (sameServerAddr; databases
+// of one server are one failure domain, so the database does not count),
+// else the Node value itself. Two names New cannot tell apart are caught
+// when the nodes answer (see identity.go).
 func describe(i int, n Node) (name, addr string, identity any) {
 	if c, ok := n.(interface{ Options() *redis.Options }); ok && c.Options().Addr != failoverAddr {
 		o := c.Options()
@@ -177,7 +188,7 @@ func describe(i int, n Node) (name, addr string, identity any) {
 			name = fmt.Sprintf("node %d (%s, db %d)", i, o.Addr, o.DB)
 		}
 		addr = o.Network + "|" + o.Addr
-		return name, addr, addr
+		return name, addr, sameServerAddr(o.Network, o.Addr)
 	}
 	name = "node " + strconv.Itoa(i)
 	if reflect.TypeOf(n).Comparable() {

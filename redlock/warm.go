@@ -29,6 +29,13 @@ import (
 // reporting: a node that cannot be reached, a TLS or AUTH failure, or a user
 // not allowed SCRIPT LOAD, named now rather than at the first lock.
 //
+// Warm also asks each node which server answers (INFO server's run_id; on
+// a Redis Cluster node, every master's), with or without the node guard:
+// of two nodes that are one server under two names, the later fails with
+// ErrDuplicateNode, naming both. Fix the node list: such a Locker's majority
+// counts that server twice where the guard is off, and without one of the
+// two where it is on.
+//
 // Warm opens one connection per node, which is what one caller at a time
 // uses (and what the auto-pipeline uses under load). Callers that lock
 // concurrently over Options.NoAutoPipeline use a connection each: set the
@@ -43,13 +50,22 @@ func (l *Locker) Warm(ctx context.Context) error {
 		return errors.New("redlock: Warm: nil context")
 	}
 	type answer struct {
-		i   int
-		err error
+		i    int
+		err  error
+		runs []string // the servers that answer for the node (see identity.go)
 	}
 	answers := make(chan answer, len(l.nodes)) // buffered: a straggler never blocks
 	for i, n := range l.nodes {
-		go func() { answers <- answer{i, n.warm(ctx)} }()
+		go func() {
+			err := n.warm(ctx)
+			var runs []string
+			if err == nil && len(l.nodes) > 1 {
+				runs = n.servers(ctx)
+			}
+			answers <- answer{i, err, runs}
+		}()
 	}
+	runs := make([][]string, len(l.nodes))
 	results := make([]NodeResult, len(l.nodes))
 	for i, n := range l.nodes {
 		results[i] = NodeResult{Node: i, Name: n.name, Outcome: Failed} // until it answers
@@ -61,7 +77,7 @@ collect:
 			if a.err == nil {
 				results[a.i].Outcome = Granted
 			}
-			results[a.i].Err = a.err
+			results[a.i].Err, runs[a.i] = a.err, a.runs
 		case <-ctx.Done():
 			// A call blocked on a read waits for the client's ReadTimeout,
 			// not for ctx; it ends in the background.
@@ -70,6 +86,9 @@ collect:
 	}
 	failed := false
 	for i := range results {
+		if err := duplicate(l.nodes, runs, i); err != nil && results[i].Err == nil {
+			results[i].Outcome, results[i].Err = Failed, err
+		}
 		if results[i].Outcome == Failed && results[i].Err == nil {
 			results[i].Err = fmt.Errorf("no answer before the context ended: %w", context.Cause(ctx))
 		}

@@ -19,6 +19,11 @@
 //
 // Such a node's vote fails with ErrNodeQuarantined, never contention.
 //
+// And the assumption under both, that the nodes are independent servers:
+// every examination reads the run_id of the server that answered, and of
+// two nodes that answer as one server, one votes; the other's votes fail
+// with ErrDuplicateNode (identity.go).
+//
 // Cost: the commands that need the guard (acquisitions, extensions, checks)
 // travel with companions in the same pipeline, behind them on the same
 // connection. On a standalone Redis (7.0 on) or Valkey node there is one:

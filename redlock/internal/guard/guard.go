@@ -107,8 +107,15 @@ type Guard struct {
 	// companions without taking mu.
 	standalone atomic.Pointer[memoryState]
 
+	// ids is shared by the guards of the Locker's nodes, and node is this
+	// one's index: of two nodes that answer as one server, one votes (see
+	// identity.go). nil: a Locker of one node.
+	ids  *Identities
+	node int
+
 	mu       sync.Mutex
 	memory   map[string]memoryState // by marker key
+	claimed  map[string]*claim      // by marker key: the server it was last examined as
 	jumpEnd  time.Time              // a jump's quarantine ends (zero: none)
 	jumpSize time.Duration
 }
@@ -124,6 +131,9 @@ type memoryState struct {
 	examinedAt time.Time
 	age        time.Duration
 	proof      *examination // the copy of the examine script that examined it (see proof.go)
+	// claim is the server the examination found (see identity.go); nil:
+	// not compared.
+	claim *claim
 	// history is the marker's replication history (see failover.go).
 	history history
 	// evicts says the node may evict keys (maxmemory, and a policy other
@@ -150,6 +160,11 @@ type Config struct {
 	// Declared is shared by the guards of one Locker's nodes: the longest
 	// MaxTTL declared in a marker of any of them (see learn).
 	Declared *atomic.Int64
+	// Identities is shared by the guards of one Locker's nodes, and Node
+	// is this node's index among them: one server answering for two nodes
+	// votes once (see identity.go). Nil: not compared (one node).
+	Identities *Identities
+	Node       int
 }
 
 // New returns a node's guard.
@@ -157,7 +172,8 @@ func New(c Config) *Guard {
 	if c.Declared == nil {
 		c.Declared = new(atomic.Int64)
 	}
-	g := &Guard{maxTTL: c.MaxTTL, waitReplicas: c.WaitReplicas, bound: c.Bound, now: c.Clock, cluster: c.Cluster, declared: c.Declared, memory: map[string]memoryState{}}
+	g := &Guard{maxTTL: c.MaxTTL, waitReplicas: c.WaitReplicas, bound: c.Bound, now: c.Clock, cluster: c.Cluster, declared: c.Declared, memory: map[string]memoryState{},
+		ids: c.Identities, node: c.Node, claimed: map[string]*claim{}}
 	if !c.Cluster {
 		g.clock = drift.NewEstimator(g.bound)
 	}
@@ -172,9 +188,21 @@ func (g *Guard) markerFor(key string) string {
 	return markerKey
 }
 
-// verdict is the quarantine that state and the last jump impose now, if any.
+// verdict is the verdict on votes judged by state now: a DuplicateError
+// where another node owns the server state found, else the quarantine that
+// state and the last jump impose, if any. A vote let through is recorded
+// as counted for its server (see identity.go).
 func (g *Guard) verdict(state memoryState) error {
-	return g.verdictAt(state, g.now.Now())
+	if state.claim == nil {
+		return g.verdictAt(state, g.now.Now())
+	}
+	if err := state.claim.duplicate(g.node); err != nil {
+		return err
+	}
+	if err := g.verdictAt(state, g.now.Now()); err != nil {
+		return err
+	}
+	return state.claim.counts(g.node)
 }
 
 func (g *Guard) verdictAt(state memoryState, now time.Time) error {
@@ -239,6 +267,7 @@ func (g *Guard) examine(ctx context.Context, ex redis.Scripter, marker string) (
 	// An examination sent later that recorded first saw the node more
 	// recently (a policy set in between, say): it stands.
 	if g.memory[marker].seq < seq {
+		state.claim = g.claimFor(marker, m.run)
 		g.memory[marker] = state
 		if g.clock != nil {
 			g.expiry.Store(state.expiry)
@@ -246,6 +275,8 @@ func (g *Guard) examine(ctx context.Context, ex redis.Scripter, marker string) (
 		if marker == markerKey {
 			g.standalone.Store(&state)
 		}
+	} else {
+		state.claim = g.claimed[marker] // the later examination's server
 	}
 	g.mu.Unlock()
 	return state, weakened, nil
@@ -270,6 +301,7 @@ func (g *Guard) clearAt(state memoryState) time.Time {
 // markerFields is a marker's content (see examine.lua).
 type markerFields struct {
 	began    int64         // when the memory began (Unix ms, the node's clock)
+	run      string        // the server that wrote it: its run_id ("?": not said; "<run_id>@<node id>" on a Redis Cluster)
 	declared time.Duration // the longest MaxTTL a Locker declared (0: none said)
 	history  history
 	evicted  int64 // keys the process had evicted when it was written (-1: not said)
@@ -288,6 +320,7 @@ func parseMarker(value string) (markerFields, error) {
 	if m.began, err = strconv.ParseInt(f[0], 10, 64); err != nil {
 		return m, fmt.Errorf("holds %q, whose first field is not a time in ms", value)
 	}
+	m.run = f[1]
 	if len(f) >= 3 {
 		ms, err := strconv.ParseInt(f[2], 10, 64)
 		if err != nil && !errors.Is(err, strconv.ErrRange) {
