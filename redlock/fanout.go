@@ -17,7 +17,7 @@ type fan struct {
 	// commands run in the order they were queued.
 	after *quorum.Round[Outcome]
 	// earlier: this Locker's releases of the key, on nodes without a
-	// pipeline, to wait for before sending (see releases).
+	// pipeline, to wait for before sending (see calls).
 	earlier []chan struct{}
 	// skip, if set, says whether node i's command is not sent, and why:
 	// called once after has settled on a node without a pipeline, and at
@@ -53,6 +53,13 @@ type fan struct {
 
 // fanOut sends c to every node through its transport and returns the
 // round, whose replies read turns into votes (see vote.go).
+//
+// On a node without a pipeline, a call that may set a lease's value (c's
+// Role: an acquisition, fencing's phase 2, an extension) is recorded in
+// l.setting until it returns, and a release of that value waits for those
+// recorded before it (see calls): a release is the last word of its lease
+// on the node, whichever copy of the lease (Lease.Handle, Locker.Resume)
+// sent what.
 func (l *Locker) fanOut(ctx context.Context, f fan, c wire.Command, read reader) *quorum.Round[Outcome] {
 	round := quorum.Begin[Outcome](len(l.nodes))
 	b := &ballot{round: round, read: read, calls: &l.inflight, nodes: l.nodes, value: f.value, counters: f.counters, found: f.found, passed: f.passed, timing: f.timing, contended: f.contended}
@@ -61,23 +68,42 @@ func (l *Locker) fanOut(ctx context.Context, f fan, c wire.Command, read reader)
 	if l.pipelined {
 		c = c.Bind() // one wire form, shared by every pipeline
 	}
+	var setting []chan struct{} // a release's: the calls that may set its value, per node
+	if c.Role == wire.RoleReleases && c.Lease != "" {
+		setting = l.setting.snapshot(c.Lease)
+	}
 	for i, n := range l.nodes {
 		s := wire.Send{Timeout: f.timeout, Skip: f.skip}
 		if !n.pipelined {
 			if f.after != nil { // a nil *Round would make a non-nil Settler
 				s.After = f.after
 			}
-			if f.earlier != nil {
+			switch {
+			case f.earlier != nil:
 				s.Await = f.earlier[i]
+			case setting != nil:
+				s.Await = setting[i]
 			}
 			switch {
 			case f.releaseAll != nil:
 				s.Finish = l.releases.startAll(f.releaseAll, i, len(l.nodes))
 			case f.release != "":
 				s.Finish = l.releases.start(f.release, i, len(l.nodes))
+			case setsValue(c):
+				s.Finish = l.setting.start(c.Lease, i, len(l.nodes))
 			}
 		}
 		n.link.Submit(ctx, c, s, b, i)
 	}
 	return round
+}
+
+// setsValue reports whether c may put its lease's value on a node: an
+// acquisition, fencing's phase 2, or an extension (which heals).
+func setsValue(c wire.Command) bool {
+	switch c.Role {
+	case wire.RoleSets, wire.RoleFences, wire.RoleExtends:
+		return c.Lease != ""
+	}
+	return false
 }

@@ -94,6 +94,13 @@ func (h Handle) seal() string {
 // Locker.Resume. The lease stays usable here too: both copies act on the
 // same keys, and each Extend, Check and Unlock is the nodes' word, so hand a
 // lease over and stop using it, rather than share it.
+//
+// A copy resumed by the same Locker releases the lease on each node only
+// after this copy's calls still in flight there (a straggling extension,
+// which would set the key again after the release). A copy resumed by
+// another Locker cannot be ordered after them: hand the lease over once
+// they have returned (Locker.Drain), or a straggler that reaches a node
+// after the release leaves the key there, unheld, until its TTL.
 func (l *Lease) Handle() Handle {
 	if l.holdsNothing() {
 		return Handle{}

@@ -3,6 +3,8 @@ package redlock_test
 import (
 	"context"
 	"encoding/json"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -227,4 +229,100 @@ func TestResumedLeaseRunsUnderDo(t *testing.T) {
 	}
 	err = resumed.Do(t.Context(), time.Second, func(context.Context, *redlock.Lease) error { return nil })
 	require.ErrorIs(t, err, redlock.ErrNotHeld, "an unlocked lease does not run again")
+}
+
+// A lease handed over within one Locker (Lease.Handle, then Resume) and
+// unlocked by the resumed copy while a command of the original that may set
+// the key (its acquisition's SET, or an extension, which heals a missing
+// key) is still on its way to a node without a pipeline: the release there
+// must not overtake it. Were the release sent at once, it could reach the
+// node first, and the late command would set the key again, for its TTL,
+// with no one holding it.
+//
+// Node 2 (always the direct transport) holds that command back until a
+// release has been answered there, then sends it: late, after the release.
+// With the Locker's wait in place (every release of a value, on a node
+// without a pipeline, waits for this Locker's calls that may set that value
+// there) the release cannot come first: the held command's call ends unsent
+// at its own deadline, and the release follows it. Without the wait (the
+// resumed copy's Unlock ordered only after its own rounds) the release is
+// answered first and the command sets the key again.
+func TestLateSetsOfAHandedOverLeaseDoNotOutliveTheResumedUnlock(t *testing.T) {
+	isSET := func(args []any) bool { s, _ := args[0].(string); return s == "SET" }
+	isExtension := func(args []any) bool { return len(args) == 3 && (args[2] == "1" || args[2] == "0") } // value, ms, heal
+	isRelease := func(args []any) bool { return len(args) >= 2 && args[1] == "notify" }
+	for _, tc := range []struct {
+		name string
+		late func(args []any) bool // the command held back on node 2 (once)
+		// take returns a lease whose late command is held on node 2
+		take func(ctx context.Context, l *redlock.Locker, late *atomic.Bool) (*redlock.Lease, error)
+	}{
+		{"acquisition", isSET, func(ctx context.Context, l *redlock.Locker, late *atomic.Bool) (*redlock.Lease, error) {
+			late.Store(true)
+			return l.TryLock(ctx, "k", 10*time.Second)
+		}},
+		{"healing extension", isExtension, func(ctx context.Context, l *redlock.Locker, late *atomic.Bool) (*redlock.Lease, error) {
+			lease, err := l.TryLock(ctx, "k", 10*time.Second)
+			if err != nil {
+				return nil, err
+			}
+			if err := l.Drain(ctx); err != nil { // node 2's SET has landed
+				return nil, err
+			}
+			late.Store(true)
+			return lease, lease.Extend(ctx, 10*time.Second) // nodes 0 and 1
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 3)
+			var late atomic.Bool
+			held := make(chan struct{})     // the late command is held
+			released := make(chan struct{}) // a release was answered on node 2
+			var once sync.Once
+			var sentLate atomic.Bool
+			hold := func(ctx context.Context, args []any) error {
+				if !tc.late(args) || !late.CompareAndSwap(true, false) {
+					return nil
+				}
+				close(held)
+				select {
+				case <-released:
+					sentLate.Store(true)
+					return nil
+				case <-ctx.Done(): // its call's deadline: it gives up unsent
+					return ctx.Err()
+				}
+			}
+			slow := &hookNode{
+				beforeDo:     hold,
+				beforeScript: func(ctx context.Context, _ []string, args []any) error { return hold(ctx, args) },
+				afterScript: func(_ []string, args []any) error {
+					if isRelease(args) {
+						once.Do(func() { close(released) })
+					}
+					return nil
+				},
+			}
+			// NodeTimeout bounds the held command's call: with the wait in
+			// place, the test waits that long for a release that never
+			// comes first.
+			l := newLocker(t, c.nodes(func(i int, n redlock.Node) redlock.Node {
+				if i == 2 {
+					slow.Node = n
+					return slow
+				}
+				return n
+			}), &redlock.Options{NodeTimeout: 2 * time.Second})
+			ctx := t.Context()
+			lease, err := tc.take(ctx, l, &late)
+			require.NoError(t, err)
+			<-held
+
+			resumed, err := l.Resume(ctx, lease.Handle())
+			require.NoError(t, err)
+			require.NoError(t, resumed.Unlock(ctx))
+			drain(t, l) // the held command and every release have returned
+			assert.Empty(t, c.holding("k", lease.Value()), "a command of the handed-over lease set the key again after the resumed copy's release (sent late: %v)", sentLate.Load())
+		})
+	}
 }

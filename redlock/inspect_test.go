@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -268,4 +269,85 @@ func TestRevokeReportsNodesThatDidNotAnswer(t *testing.T) {
 	assert.ErrorContains(t, err, "no tombstone")
 	assert.True(t, rev.Nodes[0].Deleted)
 	assert.False(t, c.servers[0].Exists("odd}key"))
+}
+
+// Revoke's tombstone outlives every extension the revoked holder may still
+// send, so that none heals the key back, on any node. Node 2's copy of the
+// lease is about to expire when the key is revoked (it missed the lease's
+// last extensions, which nodes 0 and 1 granted): a tombstone that lasted
+// only as long as the key had left there would be gone while the holder,
+// unaware, still extends, and its next extension would heal the revoked key
+// on node 2 for its TTL, held by no one. Node 2's clock is moved on
+// (miniredis's FastForward) by however long after the revocation the
+// extension reaches it:
+//   - one sent before the revocation and held on its way to node 2 (hookNode)
+//     for a NodeTimeout;
+//   - one sent later, at the end of the lease's validity (MaxTTL here, the
+//     longest any lease may last), and a NodeTimeout on its way.
+//
+// The tombstone lasts MaxTTL and two NodeTimeouts past the revocation (or
+// the key's own time left, if longer; see revoke.lua). With it as long as
+// the key had left on the node, both extensions heal node 2's key.
+func TestTombstoneOutlivesEveryExtensionTheRevokedHolderMaySend(t *testing.T) {
+	const (
+		maxTTL      = 10 * time.Second
+		nodeTimeout = 5 * time.Second
+	)
+	isExtension := func(args []any) bool { return len(args) == 3 && (args[2] == "1" || args[2] == "0") } // value, ms, heal
+	for _, tc := range []struct {
+		name     string
+		inFlight bool          // the extension is sent before the revocation
+		after    time.Duration // node 2's time from the revocation to the extension's arrival
+	}{
+		{"sent before the revocation, a NodeTimeout on its way", true, nodeTimeout},
+		{"sent at the end of the longest lease, a NodeTimeout on its way", false, maxTTL + nodeTimeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			c := newCluster(t, 3)
+			var hold atomic.Bool
+			held, arrive := make(chan struct{}), make(chan struct{})
+			slow := &hookNode{beforeScript: func(ctx context.Context, _ []string, args []any) error {
+				if isExtension(args) && hold.CompareAndSwap(true, false) {
+					close(held)
+					select {
+					case <-arrive:
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				}
+				return nil
+			}}
+			opts := &redlock.Options{MaxTTL: maxTTL, NodeTimeout: nodeTimeout}
+			holder := newLocker(t, c.nodes(func(i int, n redlock.Node) redlock.Node {
+				if i == 2 {
+					slow.Node = n
+					return slow
+				}
+				return n
+			}), opts)
+			ops := otherLocker(t, c, opts)
+			lease, err := holder.TryLock(ctx, "k", maxTTL)
+			require.NoError(t, err)
+			drain(t, holder)
+			c.servers[2].SetTTL("k", 50*time.Millisecond) // it missed the lease's last extensions
+
+			if tc.inFlight {
+				hold.Store(true)
+				require.NoError(t, lease.Extend(ctx, maxTTL), "nodes 0 and 1")
+				<-held
+			}
+			rev, err := ops.Revoke(ctx, "k")
+			require.NoError(t, err)
+			require.Len(t, rev.Holders(), 1)
+			c.servers[2].FastForward(tc.after)
+			if tc.inFlight {
+				close(arrive)
+				drain(t, holder)
+			} else {
+				require.ErrorIs(t, lease.Extend(ctx, maxTTL), redlock.ErrNotHeld, "nodes 0 and 1 answer that it was revoked")
+			}
+			assert.Empty(t, c.holding("k", lease.Value()), "the revoked key was healed back")
+		})
+	}
 }

@@ -27,7 +27,9 @@ type Lease struct {
 	// (the acquisition's SETs, then each extension, which heals missing
 	// keys). Without a pipeline, each extension's call on a node, and the
 	// release, wait for that round's call on the node: a healing extension
-	// that landed after the release would set the key again. Under op.
+	// that landed after the release would set the key again. (The release
+	// also waits for the Locker's other calls that may set the value, those
+	// of another copy of the lease: see calls.) Under op.
 	acquired *quorum.Round[Outcome]
 	heldBy   *quorum.Round[Outcome] // the round that set the current validity (acquisition or last extension); under op
 

@@ -30,7 +30,8 @@ type Locker struct {
 	opts     Options
 	bound    drift.Bound
 	inflight tracker      // every call in flight, for Drain
-	releases releases     // releases in flight, which acquisitions wait for
+	releases calls        // releases in flight, per key, which acquisitions wait for (see calls)
+	setting  calls        // calls in flight that may set a lease's value, per value, which its releases wait for
 	turns    waitq.Queues // Lock calls waiting for each key, in order
 	notices  *notice.Hub  // release notices for the keys Lock waits for (nil: Options.NoWakeUps)
 	id       string       // this Locker in the keys' lines of waiting Lockers (see joinLine)

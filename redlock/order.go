@@ -5,29 +5,47 @@ import (
 	"sync"
 )
 
-// releases tracks this Locker's releases still in flight, per key and node,
-// so that an acquisition waits for those that began before it did before it
-// sends its SET to that node.
+// calls tracks one kind of this Locker's calls still in flight on the
+// direct transport, per name (a key, a lease's value) and node, so that a
+// later call can wait for those that began before it on that node. A
+// pipelined node needs none of it: its commands run in the order they were
+// queued.
 //
-// Without it, a client that unlocks and at once locks the same key again can
-// trip over its own straggler: a release that waits for a slow SET reply (or
-// is merely still in flight on another pooled connection) arrives after the
-// new SET, which then finds the old value and counts as contention. Waiting
-// gives each (key, node) the order one connection would: SET, its DEL, the
-// next SET. Only releases begun before the attempt are waited for, so a
-// stream of new ones cannot starve it; and a hung node's wait ends with the
-// attempt's NodeTimeout, so no more commands pile up behind it.
-type releases struct {
+// Two kinds are tracked (Locker.releases, Locker.setting):
+//
+// Releases of a key, which an acquisition of the key waits for before it
+// sends its SET to the node. Without it, a client that unlocks and at once
+// locks the same key again can trip over its own straggler: a release that
+// waits for a slow SET reply (or is merely still in flight on another
+// pooled connection) arrives after the new SET, which then finds the old
+// value and counts as contention. Waiting gives each (key, node) the order
+// one connection would: SET, its DEL, the next SET.
+//
+// Calls that may set a lease's value (its acquisition, fencing's phase 2,
+// its extensions, which heal a missing key), which every release of that
+// value waits for. The invariant: on a node without a pipeline, a release
+// of a value is sent only once every call of this Locker that began before
+// it and may set that value there has returned. A lease's own rounds are
+// ordered by fan.after already; this covers its other copies, a lease
+// handed over (Lease.Handle) and resumed on the same Locker, whose Unlock
+// would otherwise reach a node before the first copy's straggling
+// extension, which then sets the key again for its TTL with no one holding
+// it.
+//
+// Only calls begun before the waiting one are waited for, so a stream of
+// new ones cannot starve it; and a hung node's wait ends with the waiting
+// call's own timeout, so no more commands pile up behind it.
+type calls struct {
 	mu    sync.Mutex
-	tails map[string][]chan struct{} // per key, per node: closed once the latest release there, and all before it, finished
-	count map[string]int             // releases in flight per key, to forget keys with none
+	tails map[string][]chan struct{} // per name, per node: closed once the latest call there, and all before it, finished
+	count map[string]int             // calls in flight per name, to forget names with none
 }
 
-// start records a release of key on node i and returns the func that marks it
-// finished. Call it before the release is queued. Releases of one key on one
+// start records a call under key on node i and returns the func that marks
+// it finished. Call it before the call is queued. Calls under one key on one
 // node finish in the order they started (finish waits for the one before),
-// so an acquisition need only wait for the latest.
-func (r *releases) start(key string, i, nodes int) (finish func()) {
+// so a later call need only wait for the latest.
+func (r *calls) start(key string, i, nodes int) (finish func()) {
 	done := make(chan struct{})
 	r.mu.Lock()
 	if r.tails == nil {
@@ -59,9 +77,9 @@ func (r *releases) start(key string, i, nodes int) (finish func()) {
 	}
 }
 
-// startAll records a release of every key of a multi-key lease on node i
+// startAll records a call under every key of a multi-key lease on node i
 // (see start).
-func (r *releases) startAll(keys []string, i, nodes int) (finish func()) {
+func (r *calls) startAll(keys []string, i, nodes int) (finish func()) {
 	finishes := make([]func(), len(keys))
 	for k, key := range keys {
 		finishes[k] = r.start(key, i, nodes)
@@ -73,9 +91,9 @@ func (r *releases) startAll(keys []string, i, nodes int) (finish func()) {
 	}
 }
 
-// snapshot returns, per node, the latest release of key in flight now (nil
+// snapshot returns, per node, the latest call under key in flight now (nil
 // where there is none).
-func (r *releases) snapshot(key string) []chan struct{} {
+func (r *calls) snapshot(key string) []chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	tails := r.tails[key]
@@ -85,8 +103,8 @@ func (r *releases) snapshot(key string) []chan struct{} {
 	return append([]chan struct{}(nil), tails...)
 }
 
-// waitFor waits until the release in snap on node i, and every one before
-// it, has finished, or ctx ends.
+// waitFor waits until the call in snap on node i, and every one before it,
+// has finished, or ctx ends.
 func waitFor(ctx context.Context, snap []chan struct{}, i int) error {
 	if snap == nil || snap[i] == nil {
 		return nil

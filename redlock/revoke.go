@@ -46,8 +46,9 @@ func (r Revocation) Holders() []string {
 
 // Revoke is an operator's forced release of key: it deletes the key on
 // every node whatever value it holds, and leaves on each a tombstone of the
-// value deleted, which lasts as long as the key had left (MaxTTL for a key
-// with no expiry). The holder learns of it at its next extension or check:
+// value deleted, which lasts MaxTTL and twice NodeTimeout (see
+// tombstoneLife), or as long as the key had left, if longer. The holder
+// learns of it at its next extension or check:
 // the nodes answer that the lease was revoked (Outcome Revoked) instead of
 // healing the key back (see Options.NoHeal), so Extend returns ErrNotHeld,
 // the lease is lost, and Do cancels its function's context and returns
@@ -80,7 +81,7 @@ func (l *Locker) Revoke(ctx context.Context, key string) (Revocation, error) {
 		keys = append(keys, tomb)
 	}
 	start := l.opts.Clock.Now()
-	c := wire.ScriptCommand(revokeScript, keys, l.opts.MaxTTL.Milliseconds())
+	c := wire.ScriptCommand(revokeScript, keys, l.tombstoneLife().Milliseconds())
 	found := make([]holding, len(l.nodes))
 	timing := newLatencies(len(l.nodes))
 	round := l.fanOut(ctx, fan{timeout: l.opts.NodeTimeout, found: found, timing: timing}, c, readRevoke)
@@ -104,6 +105,32 @@ func (l *Locker) Revoke(ctx context.Context, key string) (Revocation, error) {
 		l.emit(Event{Op: OpRevoke, Key: key, Duration: l.opts.Clock.Now().Sub(start), Err: err, Nodes: l.results(tally, timing, func(e error) error { return explainDenied(c, e) }), Detail: rev.describe(l.opts.Owner)})
 	}
 	return rev, err
+}
+
+// tombstoneLife is how long a revocation's tombstone lasts on a node at
+// least: past every extension the revoked holder may still send, so that
+// none heals the key back. The invariant: the holder's extensions reach
+// each node while its tombstone is there. Not as long as the key had left
+// on the node: a node that missed the holder's last extensions (slow, or
+// one still on its way) has less left than the lease's validity, and the
+// holder, unaware of the revocation, extends until it finds it.
+//
+// Each extension is sent while the holder's validity lasts, and reaches
+// the node within a NodeTimeout or its call has given up (a command that a
+// node runs after that is not covered, as a release's is not: see
+// docs/failure-models.md). Validity is set by rounds that won, and none
+// wins once a majority holds tombstones: the last began before the
+// revocation reached its last node, within a NodeTimeout of reaching this
+// one, and carried the validity at most MaxTTL past its start. So every
+// extension reaches this node within MaxTTL and two NodeTimeouts of the
+// tombstone; the drift allowance taken off the validity covers a node
+// clock that runs fast. This holds for holders whose MaxTTL and
+// NodeTimeout are no longer than this Locker's: give every Locker of a
+// deployment the same (see Options.MaxTTL). A key with more time left
+// than that (set by a Locker with a longer MaxTTL) keeps its tombstone as
+// long as the key had left.
+func (l *Locker) tombstoneLife() time.Duration {
+	return l.opts.MaxTTL + 2*l.opts.NodeTimeout
 }
 
 // describe says, for OpRevoke's Detail, who revoked and what was deleted.

@@ -252,7 +252,8 @@ type Send struct {
 	// command is queued. Its error is the call's.
 	Skip func(node int) error
 	// Await: the direct transport waits, within Timeout, for it to close
-	// before sending (an earlier release of the key on the node).
+	// before sending (an earlier release of the key on the node; for a
+	// release, the calls that may set its lease's value there).
 	Await <-chan struct{}
 	// Finish, if set, is called once a direct call returned, before its
 	// reply is delivered.

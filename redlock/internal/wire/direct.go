@@ -101,7 +101,7 @@ func (d *Direct[R]) call(ctx context.Context, c Command, s Send, to Receiver, no
 			select {
 			case <-s.Await:
 			case <-callCtx.Done():
-				return failed(ctx, fmt.Errorf("waiting for this Locker's earlier release on the node: %w", callCtx.Err()))
+				return failed(ctx, fmt.Errorf("waiting for this Locker's earlier call on the node: %w", callCtx.Err()))
 			}
 		}
 		w := d.wait
