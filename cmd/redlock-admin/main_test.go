@@ -190,3 +190,22 @@ func TestHealthAndTrust(t *testing.T) {
 		assert.Empty(t, r.Error)
 	}
 }
+
+// An operator's mistyped key that names something the library writes (the
+// guard's marker above all: revoking it would quarantine every node of
+// every Locker) is refused before anything reaches a node.
+func TestReservedNamesAreRefused(t *testing.T) {
+	nodes, servers, _ := deployment(t, 3, "")
+	for _, cmd := range []string{"revoke", "inspect"} {
+		for _, key := range []string{"redlock:memory", "{k}:fencing", "{k}:redlock-waiters"} {
+			code, _, errOut := admin(t, "-nodes", nodes, cmd, key)
+			assert.NotZero(t, code, "%s %s", cmd, key)
+			assert.Contains(t, errOut, "the name is reserved", "%s %s", cmd, key)
+		}
+	}
+	for i, m := range servers {
+		v, err := m.Get("redlock:memory")
+		assert.NoError(t, err, "node %d lost its marker", i)
+		assert.True(t, strings.HasPrefix(v, "0 "), "node %d: its memory began anew: %q", i, v)
+	}
+}
