@@ -175,3 +175,60 @@ func TestOneClusterTwiceVotesOnce(t *testing.T) {
 	}
 	assert.Equal(t, 1, dups, "exactly one of the two ClusterClients votes: %v", err)
 }
+
+// TestOneSentinelPrimaryTwiceVotesOnce: two failover clients of one
+// Sentinel master name reach one primary, the identity of the primary that
+// answers. With the node guard the key's acquisition, with the third node
+// holding it for someone else, fails with ErrDuplicateNode on one of them,
+// before and after a failover (the promoted replica is one server to both
+// clients again). The negative control, NoQuarantine, is granted the key by
+// the one primary twice while the third node's holder has it.
+func TestOneSentinelPrimaryTwiceVotesOnce(t *testing.T) {
+	ctx := t.Context()
+	const key = "it:identity-sentinel"
+	s := startSentinelNodes(t)
+	clients := s.clients(t)
+	twice := s.clients(t)
+	nodes := []redlock.Node{clients[0], twice[0], clients[2]}
+	held := func() {
+		t.Helper()
+		primary, err := s.sentinel.Client.Do(ctx, "SENTINEL", "get-master-addr-by-name", s.masters[2]).StringSlice()
+		require.NoError(t, err)
+		require.NoError(t, closing(t, redis.NewClient(clientOptions(primary[0]+":"+primary[1]))).Set(ctx, key, "someone-else", time.Minute).Err())
+	}
+	held()
+	requireOneDuplicate := func(err error) {
+		t.Helper()
+		require.ErrorIs(t, err, redlock.ErrDuplicateNode)
+		var q *redlock.QuorumError
+		require.ErrorAs(t, err, &q)
+		dups := 0
+		for _, n := range q.Nodes[:2] {
+			if errors.Is(n.Err, redlock.ErrDuplicateNode) {
+				dups++
+			}
+		}
+		assert.Equal(t, 1, dups, "exactly one of the two clients votes: %v", err)
+	}
+
+	control := identityLocker(t, nodes, &redlock.Options{NodeTimeout: 2 * time.Second, NoQuarantine: true})
+	lease, err := control.TryLock(ctx, key, 10*time.Second)
+	require.NoError(t, err, "the negative control: one primary wins twice while node 2's holder has the key")
+	// Released through the first client, the key is gone for the second.
+	require.ErrorIs(t, lease.Unlock(ctx), redlock.ErrNotHeld)
+	drain(t, control)
+
+	l := identityLocker(t, nodes, &redlock.Options{NodeTimeout: 2 * time.Second})
+	require.NoError(t, l.TrustNodes(ctx))
+	_, err = l.TryLock(ctx, key, 10*time.Second)
+	drain(t, l)
+	requireOneDuplicate(err)
+
+	s.failOver(t, 0)
+	// The promoted replica is quarantined (its history was not waited
+	// for): trust it, as an operator who knows it holds no locks would.
+	require.NoError(t, l.TrustNodes(ctx))
+	_, err = l.TryLock(ctx, key, 10*time.Second)
+	drain(t, l)
+	requireOneDuplicate(err)
+}
