@@ -32,6 +32,11 @@ func Majority(n int) int { return n/2 + 1 }
 // deadline passed.
 var ErrNoReply = errors.New("quorum: no reply before the deadline")
 
+// ErrAllLate is the error of the nodes of a decision (DecideWithin) none
+// of which had replied when its wait and its grace had both passed: every
+// node late together. It matches ErrNoReply.
+var ErrAllLate = fmt.Errorf("%w; every node late together", ErrNoReply)
+
 // Round is one call on each of N nodes, started by Start or Begin.
 type Round[T any] struct {
 	mu       sync.Mutex
@@ -198,6 +203,9 @@ type Tally[T any] struct {
 	Refused  int       // replies that did not
 	Need     int       // Majority(N)
 	Won      bool      // Accepted >= Need
+	// Late reports that the wait passed before any node had replied, and
+	// the decision waited on within its grace (DecideWithin).
+	Late bool
 }
 
 // Decide counts replies as they arrive, accept telling which count towards
@@ -205,7 +213,23 @@ type Tally[T any] struct {
 // not replied when wait has passed (wait > 0) or ctx is done count as refused.
 // Decide reads the round's arrivals and must be called at most once.
 func (r *Round[T]) Decide(ctx context.Context, wait time.Duration, accept func(T, error) bool) Tally[T] {
-	return r.count(ctx, wait, accept, false)
+	return r.count(ctx, wait, 0, accept, false)
+}
+
+// DecideWithin is Decide with patience for the caller's own stall. When
+// wait passes before any node has replied, every node is late together,
+// which says more of the caller (a pause of its process, of its network)
+// than of the nodes: a dead minority cannot make the others late. So the
+// decision waits on, up to grace more, for the first reply; from that
+// reply, the nodes still unanswered get wait again (no longer than the
+// grace allows), as the peers of nodes that were heard, and count as
+// refused (ErrNoReply) after it. Nodes still silent when the grace has
+// passed count as refused with ErrAllLate. Where some node replied before
+// wait passed, it is Decide. Tally.Late reports that the decision waited
+// on. DecideWithin reads the round's arrivals and must be called at most
+// once, and not together with Decide or Collect.
+func (r *Round[T]) DecideWithin(ctx context.Context, wait, grace time.Duration, accept func(T, error) bool) Tally[T] {
+	return r.count(ctx, wait, grace, accept, false)
 }
 
 // Collect is Decide without the early decision: it waits for every node's
@@ -214,19 +238,22 @@ func (r *Round[T]) Decide(ctx context.Context, wait time.Duration, accept func(T
 // inspection of what every node holds. Collect reads the round's arrivals
 // and must be called at most once, and not together with Decide.
 func (r *Round[T]) Collect(ctx context.Context, wait time.Duration, accept func(T, error) bool) Tally[T] {
-	return r.count(ctx, wait, accept, true)
+	return r.count(ctx, wait, 0, accept, true)
 }
 
 // count reads arrivals into a tally until the outcome is known or, with
 // all, until every node has answered or been closed. (A flag, not a
 // function: a closure in a generic method carries its type's dictionary,
 // and would be allocated on every decision.)
-func (r *Round[T]) count(ctx context.Context, wait time.Duration, accept func(T, error) bool, all bool) Tally[T] {
+func (r *Round[T]) count(ctx context.Context, wait, grace time.Duration, accept func(T, error) bool, all bool) Tally[T] {
 	n := r.Len()
 	t := Tally[T]{Votes: make([]Vote[T], n), Need: Majority(n)}
 	var deadline <-chan time.Time
+	var timer *time.Timer
+	var graceEnds time.Time // where t.Late: the grace's end
+	waiting := false        // past wait with no reply yet: waiting for the first
 	if wait > 0 {
-		timer := time.NewTimer(wait)
+		timer = time.NewTimer(wait)
 		defer timer.Stop()
 		deadline = timer.C
 	}
@@ -249,7 +276,21 @@ func (r *Round[T]) count(ctx context.Context, wait time.Duration, accept func(T,
 			} else {
 				t.Refused++
 			}
+			if waiting { // the first reply after every node was late: the others get wait from now
+				waiting = false
+				timer.Reset(min(wait, time.Until(graceEnds)))
+			}
 		case <-deadline:
+			if grace > 0 && !t.Late && t.Accepted+t.Refused == 0 {
+				t.Late, waiting = true, true
+				graceEnds = time.Now().Add(grace)
+				timer.Reset(grace)
+				continue
+			}
+			if waiting {
+				t.closeUnanswered(ErrAllLate)
+				continue
+			}
 			t.closeUnanswered(ErrNoReply)
 		case <-ctx.Done():
 			t.closeUnanswered(context.Cause(ctx))
