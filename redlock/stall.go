@@ -1,0 +1,67 @@
+package redlock
+
+import (
+	"time"
+
+	"github.com/redlock/redlock/quorum"
+	"github.com/redlock/redlock/redlock/internal/wire"
+)
+
+// A stalled client is not a dead node.
+//
+// NodeTimeout is there so that a dead or frozen minority cannot eat a
+// lease's validity: the others decide, and a silent node fails once
+// NodeTimeout has passed. But when every node misses NodeTimeout together,
+// the likelier cause is this process: a busy host's scheduler, a GC
+// pause, in which the replies wait unread (the same stall makes them all
+// late at once; a dead minority cannot). Failing them all then fails a
+// healthy cluster for the client's own pause: on a loaded two-core host
+// that was every few acquisitions, and an Unlock that fails so leaves its
+// keys behind until their TTL.
+//
+// So a round whose NodeTimeout passes before any node has replied waits
+// on (quorum.DecideWithin): for the first reply, then NodeTimeout again
+// for the others, as that node's peers. The wait is bounded by what the
+// operation can spend: an acquisition's or extension's validity budget,
+// a lease's validity left for its extension, release and check, and in
+// all by StallAfter (ten NodeTimeouts, at least half a second), past which
+// the pipeline takes a node for dead too. Safety is unchanged: validity
+// still counts from before the first send, on the monotonic clock, and a
+// round that waited longer only has less of it (checked, as always). A
+// frozen minority is still failed at NodeTimeout whenever another node
+// answered in time.
+
+// ErrClientStalled is the error of a node that had not replied when a
+// round gave up waiting, where every node had missed NodeTimeout together
+// and stayed silent for as long as the round could wait: a stall of this
+// client (its scheduling, GC, or network) is likelier than of every node.
+// It matches quorum.ErrNoReply, as any missing reply does. The Event of a
+// round that waited on for every node late together has Stalled set,
+// whether or not they answered then.
+var ErrClientStalled error = stalledError{}
+
+type stalledError struct{}
+
+func (stalledError) Error() string {
+	return "redlock: no reply before the deadline; every node late together: the client stalled (or its network)"
+}
+
+func (stalledError) Is(target error) bool {
+	return target == quorum.ErrNoReply || target == quorum.ErrAllLate
+}
+
+// stallGrace is how much longer than wait a round waits for its nodes when
+// every one of them missed wait together (see above): up to StallAfter in
+// all, and never past left, what the operation can spend.
+func (l *Locker) stallGrace(wait, left time.Duration) time.Duration {
+	return max(0, min(wire.StallAfter(l.opts.NodeTimeout), left)-wait)
+}
+
+// asStalled is err as ErrClientStalled where the round gave up on every
+// node late together.
+func asStalled(err error) error {
+	if err == quorum.ErrAllLate {
+		return ErrClientStalled
+	}
+	return err
+}
