@@ -220,13 +220,15 @@ func (r *Round[T]) Decide(ctx context.Context, wait time.Duration, accept func(T
 // wait passes before any node has replied, every node is late together,
 // which says more of the caller (a pause of its process, of its network)
 // than of the nodes: a dead minority cannot make the others late. So the
-// decision waits on, up to grace more, for the first reply; from that
-// reply, the nodes still unanswered get wait again (no longer than the
-// grace allows), as the peers of nodes that were heard, and count as
-// refused (ErrNoReply) after it. Nodes still silent when the grace has
-// passed count as refused with ErrAllLate. Where some node replied before
-// wait passed, it is Decide. Tally.Late reports that the decision waited
-// on. DecideWithin reads the round's arrivals and must be called at most
+// decision waits on, up to grace more, for the first reply. Nodes are
+// judged against their peers: once wait has passed, those still
+// unanswered get wait from the latest reply (within the grace), and count
+// as refused (ErrNoReply) after it; so they do at wait itself where every
+// reply came in the first half of wait (the caller and those nodes ran
+// well: the silent ones are the nodes' fault). Nodes still silent, none
+// having replied, when the grace has passed count as refused with
+// ErrAllLate. Tally.Late reports that the decision waited past wait.
+// DecideWithin reads the round's arrivals and must be called at most
 // once, and not together with Decide or Collect.
 func (r *Round[T]) DecideWithin(ctx context.Context, wait, grace time.Duration, accept func(T, error) bool) Tally[T] {
 	return r.count(ctx, wait, grace, accept, false)
@@ -250,8 +252,11 @@ func (r *Round[T]) count(ctx context.Context, wait, grace time.Duration, accept 
 	t := Tally[T]{Votes: make([]Vote[T], n), Need: Majority(n)}
 	var deadline <-chan time.Time
 	var timer *time.Timer
-	var graceEnds time.Time // where t.Late: the grace's end
-	waiting := false        // past wait with no reply yet: waiting for the first
+	var start, graceEnds, last time.Time // with a grace: when the decision began, when its grace ends, the latest reply
+	if grace > 0 {
+		start = time.Now()
+		graceEnds = start.Add(wait + grace)
+	}
 	if wait > 0 {
 		timer = time.NewTimer(wait)
 		defer timer.Stop()
@@ -276,18 +281,25 @@ func (r *Round[T]) count(ctx context.Context, wait, grace time.Duration, accept 
 			} else {
 				t.Refused++
 			}
-			if waiting { // the first reply after every node was late: the others get wait from now
-				waiting = false
-				timer.Reset(min(wait, time.Until(graceEnds)))
+			if grace > 0 {
+				last = time.Now()
+				if t.Late { // past wait: the others get wait from this reply, their peer's
+					timer.Reset(min(wait, graceEnds.Sub(last)))
+				}
 			}
 		case <-deadline:
-			if grace > 0 && !t.Late && t.Accepted+t.Refused == 0 {
-				t.Late, waiting = true, true
-				graceEnds = time.Now().Add(grace)
-				timer.Reset(grace)
-				continue
+			if grace > 0 && !t.Late && lateTogether(start, last, wait) {
+				until := graceEnds // none replied: wait for the first
+				if !last.IsZero() && last.Add(wait).Before(until) {
+					until = last.Add(wait)
+				}
+				if left := time.Until(until); left > 0 {
+					t.Late = true
+					timer.Reset(left)
+					continue
+				}
 			}
-			if waiting {
+			if t.Late && last.IsZero() {
 				t.closeUnanswered(ErrAllLate)
 				continue
 			}
@@ -298,6 +310,16 @@ func (r *Round[T]) count(ctx context.Context, wait, grace time.Duration, accept 
 	}
 	t.Won = t.Accepted >= t.Need
 	return t
+}
+
+// lateTogether reports, when a decision's wait has passed, whether the
+// nodes are late together rather than some of them dead: none has replied
+// (last is zero), or the latest reply, at last, came in the second half of
+// the wait, so that its peers are judged against it. Replies that all came
+// early say the caller and those nodes run well: the silent ones fail at
+// wait.
+func lateTogether(start, last time.Time, wait time.Duration) bool {
+	return last.IsZero() || last.Sub(start) > wait/2
 }
 
 func (t *Tally[T]) closeUnanswered(err error) {

@@ -320,10 +320,11 @@ func TestReturnedAfterTheLastDelivery(t *testing.T) {
 	}
 }
 
-// DecideWithin waits past wait only when no node has replied by then
-// (every node late together: the caller's stall, most likely), for the
-// first reply and then wait again for the others, within the grace; where
-// some node replied in time, a silent one fails at wait as under Decide.
+// DecideWithin waits past wait only when the nodes are late together (the
+// caller's stall, most likely): none has replied by then, or the latest
+// reply came in wait's second half; the others then get wait from the
+// latest reply, within the grace. Where every reply came in wait's first
+// half, a silent node fails at wait, as under Decide.
 // Fake time (synctest) makes each moment exact.
 func TestDecideWithinWaitsOnlyWhenEveryNodeIsLate(t *testing.T) {
 	const wait, grace = 50 * time.Millisecond, 450 * time.Millisecond
@@ -342,6 +343,8 @@ func TestDecideWithinWaitsOnlyWhenEveryNodeIsLate(t *testing.T) {
 		{"a hung node among late ones gets wait from the first reply", []time.Duration{80 * time.Millisecond, 80 * time.Millisecond, never}, grace, 130 * time.Millisecond, false, true, []error{nil, nil, quorum.ErrNoReply}},
 		{"a hung node among timely ones fails at wait", []time.Duration{time.Millisecond, time.Millisecond, never}, grace, wait, false, false, []error{nil, nil, quorum.ErrNoReply}},
 		{"silence past the grace is every node late", []time.Duration{never, never, never}, grace, wait + grace, false, true, []error{quorum.ErrAllLate, quorum.ErrAllLate, quorum.ErrAllLate}},
+		{"a hung node among slow ones gets wait from the latest reply", []time.Duration{40 * time.Millisecond, 30 * time.Millisecond, never}, grace, 90 * time.Millisecond, false, true, []error{nil, nil, quorum.ErrNoReply}},
+		{"a hung node among replies in the first half of wait fails at wait", []time.Duration{25 * time.Millisecond, 20 * time.Millisecond, never}, grace, wait, false, false, []error{nil, nil, quorum.ErrNoReply}},
 		{"a first reply near the grace's end leaves the others what is left", []time.Duration{490 * time.Millisecond, never, never}, grace, wait + grace, false, true, []error{nil, quorum.ErrNoReply, quorum.ErrNoReply}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -369,7 +369,11 @@ func (l *Lease) setUntilLocked(until time.Time, span time.Duration) {
 // already unlocked; a *QuorumError when nodes failed.
 //
 // Unlock cleans up even when ctx is already done: releases are sent on a
-// context detached from ctx, and Unlock returns within about NodeTimeout.
+// context detached from ctx. It returns once a majority answered, and
+// waits for the nodes as long as the lease had validity left, at least
+// NodeTimeout and at most StallAfter (ten NodeTimeouts, at least half a
+// second): a release eats no validity, and one that fails for a slow reply
+// leaves the keys behind until their TTL.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if l == nil {
 		return errors.New("redlock: Unlock on a nil *Lease")
@@ -402,7 +406,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		lk.notices.Expect(k, l.value)
 	}
 	round := lk.release(ctx, l.key, l.multi, l.value, l.acquired, ttl, timing, nil, &l.passed)
-	tally := round.DecideWithin(detached, lk.opts.NodeTimeout, lk.stallGrace(lk.opts.NodeTimeout, left), granted)
+	tally := round.Decide(detached, lk.releaseWait(left), granted)
 	// The next Lock waiting here tries at once, unless the release named
 	// another Locker's turn: it then joins the key's line. Named by most
 	// of the nodes that released, not by one: a minority's stale place (a
@@ -421,7 +425,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		err = lk.roundError(detached, "unlock", c, tally, timing)
 	}
 	if timing != nil {
-		lk.emit(Event{Op: OpUnlock, Key: l.key, Duration: lk.opts.Clock.Now().Sub(start), Token: l.token, Err: err, Nodes: lk.nodeResultsOf(err, tally, timing), Stalled: tally.Late})
+		lk.emit(Event{Op: OpUnlock, Key: l.key, Duration: lk.opts.Clock.Now().Sub(start), Token: l.token, Err: err, Nodes: lk.nodeResultsOf(err, tally, timing), Stalled: timing.noneWithin(lk.opts.NodeTimeout)})
 		lk.reportNodes(OpUnlock, l.key, round, tally, false)
 	}
 	return err

@@ -57,6 +57,29 @@ func (l *Locker) stallGrace(wait, left time.Duration) time.Duration {
 	return max(0, min(wire.StallAfter(l.opts.NodeTimeout), left)-wait)
 }
 
+// releaseWait is how long an Unlock waits for its nodes: as long as the
+// lease had validity left, at least NodeTimeout and at most StallAfter.
+// A release eats no validity, and waiting is all it costs; an Unlock
+// failed for slow replies (on a starved host, a majority's replies read
+// past NodeTimeout, not all at once) leaves the keys for their TTL.
+func (l *Locker) releaseWait(left time.Duration) time.Duration {
+	return max(l.opts.NodeTimeout, min(wire.StallAfter(l.opts.NodeTimeout), left))
+}
+
+// noneWithin reports whether no node of t's round replied within d of
+// its start: every node late together (Event.Stalled of an Unlock).
+func (t *latencies) noneWithin(d time.Duration) bool {
+	if t == nil {
+		return false
+	}
+	for i := range t.at {
+		if at := t.at[i].Load(); at > 0 && time.Duration(at-1) <= d {
+			return false
+		}
+	}
+	return true
+}
+
 // asStalled is err as ErrClientStalled where the round gave up on every
 // node late together.
 func asStalled(err error) error {
