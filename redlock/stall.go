@@ -19,17 +19,19 @@ import (
 // that was every few acquisitions, and an Unlock that fails so leaves its
 // keys behind until their TTL.
 //
-// So a round whose NodeTimeout passes before any node has replied waits
-// on (quorum.DecideWithin): for the first reply, then NodeTimeout again
-// for the others, as that node's peers. The wait is bounded by what the
-// operation can spend: an acquisition's or extension's validity budget,
-// a lease's validity left for its extension, release and check, and in
-// all by StallAfter (ten NodeTimeouts, at least half a second), past which
-// the pipeline takes a node for dead too. Safety is unchanged: validity
-// still counts from before the first send, on the monotonic clock, and a
-// round that waited longer only has less of it (checked, as always). A
-// frozen minority is still failed at NodeTimeout whenever another node
-// answered in time.
+// So a round judges its nodes against their peers (quorum.DecideWithin):
+// where NodeTimeout passes before any node has replied, or after a reply
+// in its second half, the nodes still out get NodeTimeout from the latest
+// reply. The wait is bounded by what the operation can spend: an
+// acquisition's or extension's validity budget, a lease's validity left
+// for its extension and check, and in all by StallAfter (ten
+// NodeTimeouts, at least half a second), past which the pipeline takes a
+// node for dead too. An Unlock waits for its nodes as long as the lease
+// had validity left, within the same bounds (releaseWait). Safety is
+// unchanged: validity still counts from before the first send, on the
+// monotonic clock, and a round that waited longer only has less of it
+// (checked, as always). A frozen minority is still failed at NodeTimeout
+// whenever its peers answered in the first half of it.
 
 // ErrClientStalled is the error of a node that had not replied when a
 // round gave up waiting, where every node had missed NodeTimeout together
