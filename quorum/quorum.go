@@ -32,6 +32,11 @@ func Majority(n int) int { return n/2 + 1 }
 // deadline passed.
 var ErrNoReply = errors.New("quorum: no reply before the deadline")
 
+// ErrAllLate is the error of the nodes of a decision (DecideWithin) none
+// of which had replied when its wait and its grace had both passed: every
+// node late together. It matches ErrNoReply.
+var ErrAllLate = fmt.Errorf("%w; every node late together", ErrNoReply)
+
 // Round is one call on each of N nodes, started by Start or Begin.
 type Round[T any] struct {
 	mu       sync.Mutex
@@ -198,6 +203,9 @@ type Tally[T any] struct {
 	Refused  int       // replies that did not
 	Need     int       // Majority(N)
 	Won      bool      // Accepted >= Need
+	// Late reports that the wait passed before any node had replied, and
+	// the decision waited on within its grace (DecideWithin).
+	Late bool
 }
 
 // Decide counts replies as they arrive, accept telling which count towards
@@ -205,7 +213,25 @@ type Tally[T any] struct {
 // not replied when wait has passed (wait > 0) or ctx is done count as refused.
 // Decide reads the round's arrivals and must be called at most once.
 func (r *Round[T]) Decide(ctx context.Context, wait time.Duration, accept func(T, error) bool) Tally[T] {
-	return r.count(ctx, wait, accept, false)
+	return r.count(ctx, wait, 0, accept, false)
+}
+
+// DecideWithin is Decide with patience for the caller's own stall. When
+// wait passes before any node has replied, every node is late together,
+// which says more of the caller (a pause of its process, of its network)
+// than of the nodes: a dead minority cannot make the others late. So the
+// decision waits on, up to grace more, for the first reply. Nodes are
+// judged against their peers: once wait has passed, those still
+// unanswered get wait from the latest reply (within the grace), and count
+// as refused (ErrNoReply) after it; so they do at wait itself where every
+// reply came in the first half of wait (the caller and those nodes ran
+// well: the silent ones are the nodes' fault). Nodes still silent, none
+// having replied, when the grace has passed count as refused with
+// ErrAllLate. Tally.Late reports that the decision waited past wait.
+// DecideWithin reads the round's arrivals and must be called at most
+// once, and not together with Decide or Collect.
+func (r *Round[T]) DecideWithin(ctx context.Context, wait, grace time.Duration, accept func(T, error) bool) Tally[T] {
+	return r.count(ctx, wait, grace, accept, false)
 }
 
 // Collect is Decide without the early decision: it waits for every node's
@@ -214,19 +240,25 @@ func (r *Round[T]) Decide(ctx context.Context, wait time.Duration, accept func(T
 // inspection of what every node holds. Collect reads the round's arrivals
 // and must be called at most once, and not together with Decide.
 func (r *Round[T]) Collect(ctx context.Context, wait time.Duration, accept func(T, error) bool) Tally[T] {
-	return r.count(ctx, wait, accept, true)
+	return r.count(ctx, wait, 0, accept, true)
 }
 
 // count reads arrivals into a tally until the outcome is known or, with
 // all, until every node has answered or been closed. (A flag, not a
 // function: a closure in a generic method carries its type's dictionary,
 // and would be allocated on every decision.)
-func (r *Round[T]) count(ctx context.Context, wait time.Duration, accept func(T, error) bool, all bool) Tally[T] {
+func (r *Round[T]) count(ctx context.Context, wait, grace time.Duration, accept func(T, error) bool, all bool) Tally[T] {
 	n := r.Len()
 	t := Tally[T]{Votes: make([]Vote[T], n), Need: Majority(n)}
 	var deadline <-chan time.Time
+	var timer *time.Timer
+	var start, graceEnds, last time.Time // with a grace: when the decision began, when its grace ends, the latest reply
+	if grace > 0 {
+		start = time.Now()
+		graceEnds = start.Add(wait + grace)
+	}
 	if wait > 0 {
-		timer := time.NewTimer(wait)
+		timer = time.NewTimer(wait)
 		defer timer.Stop()
 		deadline = timer.C
 	}
@@ -249,7 +281,28 @@ func (r *Round[T]) count(ctx context.Context, wait time.Duration, accept func(T,
 			} else {
 				t.Refused++
 			}
+			if grace > 0 {
+				last = time.Now()
+				if t.Late { // past wait: the others get wait from this reply, their peer's
+					timer.Reset(min(wait, graceEnds.Sub(last)))
+				}
+			}
 		case <-deadline:
+			if grace > 0 && !t.Late && lateTogether(start, last, wait) {
+				until := graceEnds // none replied: wait for the first
+				if !last.IsZero() && last.Add(wait).Before(until) {
+					until = last.Add(wait)
+				}
+				if left := time.Until(until); left > 0 {
+					t.Late = true
+					timer.Reset(left)
+					continue
+				}
+			}
+			if t.Late && last.IsZero() {
+				t.closeUnanswered(ErrAllLate)
+				continue
+			}
 			t.closeUnanswered(ErrNoReply)
 		case <-ctx.Done():
 			t.closeUnanswered(context.Cause(ctx))
@@ -257,6 +310,16 @@ func (r *Round[T]) count(ctx context.Context, wait time.Duration, accept func(T,
 	}
 	t.Won = t.Accepted >= t.Need
 	return t
+}
+
+// lateTogether reports, when a decision's wait has passed, whether the
+// nodes are late together rather than some of them dead: none has replied
+// (last is zero), or the latest reply, at last, came in the second half of
+// the wait, so that its peers are judged against it. Replies that all came
+// early say the caller and those nodes run well: the silent ones fail at
+// wait.
+func lateTogether(start, last time.Time, wait time.Duration) bool {
+	return last.IsZero() || last.Sub(start) > wait/2
 }
 
 func (t *Tally[T]) closeUnanswered(err error) {

@@ -319,3 +319,62 @@ func TestReturnedAfterTheLastDelivery(t *testing.T) {
 		t.Fatal("AfterAll kept a func on a round that had returned")
 	}
 }
+
+// DecideWithin waits past wait only when the nodes are late together (the
+// caller's stall, most likely): none has replied by then, or the latest
+// reply came in wait's second half; the others then get wait from the
+// latest reply, within the grace. Where every reply came in wait's first
+// half, a silent node fails at wait, as under Decide.
+// Fake time (synctest) makes each moment exact.
+func TestDecideWithinWaitsOnlyWhenEveryNodeIsLate(t *testing.T) {
+	const wait, grace = 50 * time.Millisecond, 450 * time.Millisecond
+	never := time.Duration(-1)
+	for _, tc := range []struct {
+		name    string
+		replies []time.Duration // when each node replies (never: hung); odd nodes refuse
+		grace   time.Duration
+		wantAt  time.Duration
+		wantWon bool
+		late    bool
+		errs    []error // each node's error, where it had not replied
+	}{
+		{"every reply late together is waited for", []time.Duration{80 * time.Millisecond, 80 * time.Millisecond, 80 * time.Millisecond}, grace, 80 * time.Millisecond, true, true, nil},
+		{"without grace it is Decide", []time.Duration{80 * time.Millisecond, 80 * time.Millisecond, 80 * time.Millisecond}, 0, wait, false, false, []error{quorum.ErrNoReply, quorum.ErrNoReply, quorum.ErrNoReply}},
+		{"a hung node among late ones gets wait from the first reply", []time.Duration{80 * time.Millisecond, 80 * time.Millisecond, never}, grace, 130 * time.Millisecond, false, true, []error{nil, nil, quorum.ErrNoReply}},
+		{"a hung node among timely ones fails at wait", []time.Duration{time.Millisecond, time.Millisecond, never}, grace, wait, false, false, []error{nil, nil, quorum.ErrNoReply}},
+		{"silence past the grace is every node late", []time.Duration{never, never, never}, grace, wait + grace, false, true, []error{quorum.ErrAllLate, quorum.ErrAllLate, quorum.ErrAllLate}},
+		{"a hung node among slow ones gets wait from the latest reply", []time.Duration{40 * time.Millisecond, 30 * time.Millisecond, never}, grace, 90 * time.Millisecond, false, true, []error{nil, nil, quorum.ErrNoReply}},
+		{"a hung node among replies in the first half of wait fails at wait", []time.Duration{25 * time.Millisecond, 20 * time.Millisecond, never}, grace, wait, false, false, []error{nil, nil, quorum.ErrNoReply}},
+		{"a first reply near the grace's end leaves the others what is left", []time.Duration{490 * time.Millisecond, never, never}, grace, wait + grace, false, true, []error{nil, quorum.ErrNoReply, quorum.ErrNoReply}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				release := make(chan struct{})
+				round := quorum.Start(len(tc.replies), func(i int) (bool, error) {
+					if tc.replies[i] == never {
+						<-release
+						return true, nil
+					}
+					time.Sleep(tc.replies[i])
+					return i%2 == 0, nil
+				})
+				start := time.Now()
+				tally := round.DecideWithin(t.Context(), wait, tc.grace, func(v bool, err error) bool { return err == nil && v })
+				if got := time.Since(start); got != tc.wantAt || tally.Won != tc.wantWon || tally.Late != tc.late {
+					t.Errorf("won=%v late=%v after %v, want won=%v late=%v after %v", tally.Won, tally.Late, got, tc.wantWon, tc.late, tc.wantAt)
+				}
+				for i, want := range tc.errs {
+					got := tally.Votes[i].Err
+					if want == nil && got != nil || want != nil && !errors.Is(got, want) {
+						t.Errorf("node %d: %v, want %v", i, got, want)
+					}
+					if want == quorum.ErrNoReply && errors.Is(got, quorum.ErrAllLate) {
+						t.Errorf("node %d: %v: a node late among answering ones is not every node late", i, got)
+					}
+				}
+				close(release)
+				round.Wait()
+			})
+		})
+	}
+}

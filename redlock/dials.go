@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock/redlock/drift"
+	"github.com/redlock/redlock/redlock/internal/wire"
 )
 
 // dialRecord keeps a client's latest failed dial, so that a node that did
@@ -66,6 +69,17 @@ func dialRecordOf(n Node) *dialRecord {
 		h.AddHook(r.(*dialRecord))
 	}
 	return r.(*dialRecord)
+}
+
+// dialWindow is how long before a round's decision a dial that failed
+// may have been the round's: twice NodeTimeout, and StallAfter more where
+// the round waited on for every node late together (see stall.go).
+func (l *Locker) dialWindow(late bool) time.Duration {
+	window := drift.Mul(l.opts.NodeTimeout, 2)
+	if late {
+		return drift.Add(window, wire.StallAfter(l.opts.NodeTimeout))
+	}
+	return window
 }
 
 // withDialCause adds to err, the error of a node that did not reply before

@@ -165,7 +165,8 @@ func (l *Locker) fence(ctx context.Context, req request, value string, c1 wire.C
 	if left <= 0 {
 		return 0, nil, true, l.roundError(ctx, "acquire", c1, tally, timing) // validity used up in phase 1
 	}
-	tally2 := round2.Decide(ctx, min(l.opts.NodeTimeout, left), granted)
+	wait := min(l.opts.NodeTimeout, left)
+	tally2 := round2.DecideWithin(ctx, wait, l.stallGrace(wait, left), granted)
 	if !tally2.Won {
 		e := l.roundError(ctx, "acquire", c, tally2, timing2)
 		e.Op = "acquire (fencing phase)"

@@ -239,10 +239,11 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	lk := l.locker
+	start := lk.opts.Clock.Now()
 	l.mu.Lock()
 	l.ttl = max(l.ttl, req.granted)
+	left := min(req.budget, l.until.Sub(start)) // what the lease still has
 	l.mu.Unlock()
-	start := lk.opts.Clock.Now()
 	heal := "1" // set the key again where it is missing (see Options.NoHeal)
 	if lk.opts.NoHeal {
 		heal = "0"
@@ -251,7 +252,8 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	timing := lk.timing()
 	round := lk.fanOut(ctx, fan{after: l.acquired, timeout: lk.opts.NodeTimeout, timing: timing}, c, readScript)
 	l.acquired = round
-	tally := round.Decide(ctx, min(lk.opts.NodeTimeout, req.budget), granted)
+	wait := min(lk.opts.NodeTimeout, req.budget)
+	tally := round.DecideWithin(ctx, wait, lk.stallGrace(wait, left), granted)
 	until := start.Add(req.budget - lk.fastClocks(tally, req.granted))
 	if now := lk.opts.Clock.Now(); tally.Won && until.After(now) {
 		l.heldBy = round
@@ -260,7 +262,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		l.setUntilLocked(until, req.granted)
 		l.mu.Unlock()
 		if timing != nil {
-			lk.emit(Event{Op: OpExtend, Key: l.key, Duration: now.Sub(start), Token: l.token, Validity: until.Sub(now), Nodes: lk.resultsInto(timing.eventNodes(len(tally.Votes)), tally, timing, nil)})
+			lk.emit(Event{Op: OpExtend, Key: l.key, Duration: now.Sub(start), Token: l.token, Validity: until.Sub(now), Nodes: lk.resultsInto(timing.eventNodes(len(tally.Votes)), tally, timing, nil), Stalled: tally.Late})
 			lk.reportNodes(OpExtend, l.key, round, tally, true)
 		}
 		return nil
@@ -268,7 +270,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	e := lk.roundError(ctx, "extend", c, tally, timing)
 	if timing != nil {
 		defer func() {
-			lk.emit(Event{Op: OpExtend, Key: l.key, Duration: lk.opts.Clock.Now().Sub(start), Token: l.token, Err: e, Nodes: lk.nodeResultsOf(e, tally, timing)})
+			lk.emit(Event{Op: OpExtend, Key: l.key, Duration: lk.opts.Clock.Now().Sub(start), Token: l.token, Err: e, Nodes: lk.nodeResultsOf(e, tally, timing), Stalled: tally.Late})
 			lk.reportNodes(OpExtend, l.key, round, tally, true)
 		}()
 	}
@@ -369,7 +371,11 @@ func (l *Lease) setUntilLocked(until time.Time, span time.Duration) {
 // already unlocked; a *QuorumError when nodes failed.
 //
 // Unlock cleans up even when ctx is already done: releases are sent on a
-// context detached from ctx, and Unlock returns within about NodeTimeout.
+// context detached from ctx. It returns once a majority answered, and
+// waits for the nodes as long as the lease had validity left, at least
+// NodeTimeout and at most StallAfter (ten NodeTimeouts, at least half a
+// second): a release eats no validity, and one that fails for a slow reply
+// leaves the keys behind until their TTL.
 func (l *Lease) Unlock(ctx context.Context) error {
 	if err := l.made("Unlock"); err != nil {
 		return err
@@ -382,6 +388,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	l.mu.Lock()
 	already := l.unlocked
 	l.unlocked = true
+	left := l.until.Sub(l.locker.opts.Clock.Now()) // what the lease still had
 	l.until = time.Time{}
 	ttl := l.ttl
 	l.closeLocked()
@@ -401,7 +408,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		lk.notices.Expect(k, l.value)
 	}
 	round := lk.release(ctx, l.key, l.multi, l.value, l.acquired, ttl, timing, nil, &l.passed)
-	tally := round.Decide(detached, lk.opts.NodeTimeout, granted)
+	tally := round.Decide(detached, lk.releaseWait(left), granted)
 	// The next Lock waiting here tries at once, unless the release named
 	// another Locker's turn: it then joins the key's line. Named by most
 	// of the nodes that released, not by one: a minority's stale place (a
@@ -420,7 +427,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 		err = lk.roundError(detached, "unlock", c, tally, timing)
 	}
 	if timing != nil {
-		lk.emit(Event{Op: OpUnlock, Key: l.key, Duration: lk.opts.Clock.Now().Sub(start), Token: l.token, Err: err, Nodes: lk.nodeResultsOf(err, tally, timing)})
+		lk.emit(Event{Op: OpUnlock, Key: l.key, Duration: lk.opts.Clock.Now().Sub(start), Token: l.token, Err: err, Nodes: lk.nodeResultsOf(err, tally, timing), Stalled: timing.noneWithin(lk.opts.NodeTimeout)})
 		lk.reportNodes(OpUnlock, l.key, round, tally, false)
 	}
 	return err
@@ -450,7 +457,7 @@ func (l *Lease) Check(ctx context.Context) error {
 	start := lk.opts.Clock.Now()
 	timing := lk.timing()
 	round := lk.fanOut(ctx, fan{timeout: lk.opts.NodeTimeout, timing: timing}, c, readScript)
-	tally := round.Decide(ctx, lk.opts.NodeTimeout, granted)
+	tally := round.DecideWithin(ctx, lk.opts.NodeTimeout, lk.stallGrace(lk.opts.NodeTimeout, l.Until().Sub(start)), granted)
 	var err error
 	if !tally.Won {
 		e := lk.roundError(ctx, "check", c, tally, timing)
@@ -462,7 +469,7 @@ func (l *Lease) Check(ctx context.Context) error {
 		err = l.usable("check")
 	}
 	if timing != nil {
-		lk.emit(Event{Op: OpCheck, Key: l.key, Duration: lk.opts.Clock.Now().Sub(start), Token: l.token, Err: err, Nodes: lk.nodeResultsOf(err, tally, timing)})
+		lk.emit(Event{Op: OpCheck, Key: l.key, Duration: lk.opts.Clock.Now().Sub(start), Token: l.token, Err: err, Nodes: lk.nodeResultsOf(err, tally, timing), Stalled: tally.Late})
 		lk.reportNodes(OpCheck, l.key, round, tally, true)
 	}
 	return err

@@ -496,7 +496,8 @@ func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error
 	decide, contended, stop := l.yielding(ctx, req, start)
 	round := l.fanOut(ctx, fan{earlier: earlier, timeout: l.opts.NodeTimeout, value: value, counters: counters, timing: timing, contended: contended}, c, read)
 	// Waiting past the budget is pointless: no validity would be left.
-	tally := round.Decide(decide, min(l.opts.NodeTimeout, req.budget), granted)
+	wait := min(l.opts.NodeTimeout, req.budget)
+	tally := round.DecideWithin(decide, wait, l.stallGrace(wait, req.budget), granted)
 	stop()
 	until := start.Add(req.budget - l.fastClocks(tally, req.granted))
 	var token uint64
@@ -509,7 +510,7 @@ func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error
 	if now := l.opts.Clock.Now(); err == nil && tally.Won && until.After(now) {
 		lease := &Lease{locker: l, key: req.key, multi: req.multi, value: value, token: token, tokens: tokens, acquiredAt: start, acquired: round, heldBy: round, holders: round, ttl: req.granted, span: req.granted, until: until}
 		if timing != nil {
-			e := Event{Op: OpAcquire, Key: req.key, Attempt: n, Duration: now.Sub(start), Token: token, Validity: until.Sub(now), Nodes: l.resultsInto(timing.eventNodes(len(tally.Votes)), tally, timing, nil)}
+			e := Event{Op: OpAcquire, Key: req.key, Attempt: n, Duration: now.Sub(start), Token: token, Validity: until.Sub(now), Nodes: l.resultsInto(timing.eventNodes(len(tally.Votes)), tally, timing, nil), Stalled: tally.Late}
 			if counters != nil {
 				e.Detail = fencedIn(phase2)
 			}
@@ -536,7 +537,7 @@ func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error
 		err = l.roundError(ctx, "acquire", c, tally, timing)
 	}
 	if timing != nil {
-		l.emit(Event{Op: OpAcquire, Key: req.key, Attempt: n, Duration: l.opts.Clock.Now().Sub(start), Err: err, Nodes: l.nodeResultsOf(err, tally, timing)})
+		l.emit(Event{Op: OpAcquire, Key: req.key, Attempt: n, Duration: l.opts.Clock.Now().Sub(start), Err: err, Nodes: l.nodeResultsOf(err, tally, timing), Stalled: tally.Late})
 		l.reportNodes(OpAcquire, req.key, round, tally, true)
 	}
 	return nil, err

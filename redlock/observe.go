@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redlock/redlock/drift"
 	"github.com/redlock/redlock/quorum"
 	"github.com/redlock/redlock/redlock/internal/wire"
 )
@@ -161,6 +160,12 @@ type Event struct {
 	Detail string
 	// Of is, for OpLateFailure, the operation whose round it follows.
 	Of Op
+	// Stalled reports, for an acquisition, extension, unlock or check,
+	// that every node missed NodeTimeout together, so that the round,
+	// taking this process's own stall (scheduling, GC) for the likelier
+	// cause, waited on for them (see ErrClientStalled). Duration says how
+	// long it took in all.
+	Stalled bool
 }
 
 // observed reports whether the Locker has an Observer.
@@ -239,7 +244,7 @@ func (l *Locker) results(tally quorum.Tally[Outcome], t *latencies, explain func
 // resultsInto is results, written into out (one element per vote).
 func (l *Locker) resultsInto(out []NodeResult, tally quorum.Tally[Outcome], t *latencies, explain func(error) error) []NodeResult {
 	for i, v := range tally.Votes {
-		err := v.Err
+		err := asStalled(v.Err)
 		if explain != nil {
 			err = explain(err)
 		}
@@ -248,7 +253,7 @@ func (l *Locker) resultsInto(out []NodeResult, tally quorum.Tally[Outcome], t *l
 			// call's own deadline did (the two race on the direct
 			// transport): the same error to errors.Is, with what the
 			// node's dial met where that is known.
-			err = l.nodes[i].dials.withDialCause(asNoReply(err), drift.Mul(l.opts.NodeTimeout, 2))
+			err = l.nodes[i].dials.withDialCause(asNoReply(err), l.dialWindow(tally.Late))
 		}
 		out[i] = NodeResult{Node: i, Name: l.nodes[i].name, Outcome: v.Value, Err: err, Latency: t.of(i)}
 		switch {

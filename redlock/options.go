@@ -21,11 +21,21 @@ type Options struct {
 	// precision and a minimum drift. Default 2ms; must not be negative.
 	DriftFixed time.Duration
 
-	// NodeTimeout bounds how long one attempt waits for any one node: a node
-	// that has not answered by then counts as failed. It should be small
+	// NodeTimeout bounds how long one attempt waits for a node that its
+	// peers outran: a node that has not answered by then, while others
+	// answered in its first half, counts as failed. It should be small
 	// against the TTL (the Redis documentation suggests 5-50 ms for a 10 s
 	// TTL) so that a dead node cannot eat the lease's validity.
 	// Default 50ms; must not be negative.
+	//
+	// Where every node misses it together, or the latest reply came in its
+	// second half, the stall is most likely this process's (scheduling,
+	// GC), not the nodes': the round then waits on, giving the nodes still
+	// out NodeTimeout from the latest reply, up to StallAfter (ten
+	// NodeTimeouts, at least 500ms) and never past the validity it can
+	// spend (Event.Stalled; ErrClientStalled where none answered). Unlock
+	// waits as long as the lease had validity left, within the same
+	// bounds. Validity still counts from before the first send.
 	//
 	// It is enforced by the coordinator, not by the client library, so it
 	// holds for clients built without ContextTimeoutEnabled too.

@@ -45,7 +45,6 @@ func Start() (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	const years150 = 150 * 365 * 24 * time.Hour
 	s := &Server{ln: ln, conns: map[net.Conn]bool{}, expiry: time.Now().Add(years150).UnixMilli()}
 	s.wg.Go(s.accept)
 	return s, nil
@@ -87,6 +86,14 @@ func (s *Server) accept() {
 	}
 }
 
+// Serve answers the commands on c until it closes, as a Server answers
+// each connection it accepts. Tests dial it in memory (one end of a
+// net.Pipe given to a client's Dialer), which runs inside a synctest
+// bubble where a listener's network would not.
+func Serve(c net.Conn) error {
+	return serve(c, time.Now().Add(years150).UnixMilli())
+}
+
 // serve answers the commands on c until it closes. It allocates nothing per
 // command, so that it adds nothing to a benchmark's allocs/op.
 func serve(c net.Conn, expiry int64) error {
@@ -126,6 +133,9 @@ func serve(c net.Conn, expiry int64) error {
 		}
 	}
 }
+
+// years150 is how far ahead the marker's expiry lies: never, in effect.
+const years150 = 150 * 365 * 24 * time.Hour
 
 // markerKey is the node guard's marker (redlock/internal/guard).
 const markerKey = "redlock:memory"

@@ -1,0 +1,92 @@
+package redlock
+
+import (
+	"time"
+
+	"github.com/redlock/redlock/quorum"
+	"github.com/redlock/redlock/redlock/internal/wire"
+)
+
+// A stalled client is not a dead node.
+//
+// NodeTimeout is there so that a dead or frozen minority cannot eat a
+// lease's validity: the others decide, and a silent node fails once
+// NodeTimeout has passed. But when every node misses NodeTimeout together,
+// the likelier cause is this process: a busy host's scheduler, a GC
+// pause, in which the replies wait unread (the same stall makes them all
+// late at once; a dead minority cannot). Failing them all then fails a
+// healthy cluster for the client's own pause: on a loaded two-core host
+// that was every few acquisitions, and an Unlock that fails so leaves its
+// keys behind until their TTL.
+//
+// So a round judges its nodes against their peers (quorum.DecideWithin):
+// where NodeTimeout passes before any node has replied, or after a reply
+// in its second half, the nodes still out get NodeTimeout from the latest
+// reply. The wait is bounded by what the operation can spend: an
+// acquisition's or extension's validity budget, a lease's validity left
+// for its extension and check, and in all by StallAfter (ten
+// NodeTimeouts, at least half a second), past which the pipeline takes a
+// node for dead too. An Unlock waits for its nodes as long as the lease
+// had validity left, within the same bounds (releaseWait). Safety is
+// unchanged: validity still counts from before the first send, on the
+// monotonic clock, and a round that waited longer only has less of it
+// (checked, as always). A frozen minority is still failed at NodeTimeout
+// whenever its peers answered in the first half of it.
+
+// ErrClientStalled is the error of a node that had not replied when a
+// round gave up waiting, where every node had missed NodeTimeout together
+// and stayed silent for as long as the round could wait: a stall of this
+// client (its scheduling, GC, or network) is likelier than of every node.
+// It matches quorum.ErrNoReply, as any missing reply does. The Event of a
+// round that waited on for every node late together has Stalled set,
+// whether or not they answered then.
+var ErrClientStalled error = stalledError{}
+
+type stalledError struct{}
+
+func (stalledError) Error() string {
+	return "redlock: no reply before the deadline; every node late together: the client stalled (or its network)"
+}
+
+func (stalledError) Is(target error) bool {
+	return target == quorum.ErrNoReply || target == quorum.ErrAllLate
+}
+
+// stallGrace is how much longer than wait a round waits for its nodes when
+// every one of them missed wait together (see above): up to StallAfter in
+// all, and never past left, what the operation can spend.
+func (l *Locker) stallGrace(wait, left time.Duration) time.Duration {
+	return max(0, min(wire.StallAfter(l.opts.NodeTimeout), left)-wait)
+}
+
+// releaseWait is how long an Unlock waits for its nodes: as long as the
+// lease had validity left, at least NodeTimeout and at most StallAfter.
+// A release eats no validity, and waiting is all it costs; an Unlock
+// failed for slow replies (on a starved host, a majority's replies read
+// past NodeTimeout, not all at once) leaves the keys for their TTL.
+func (l *Locker) releaseWait(left time.Duration) time.Duration {
+	return max(l.opts.NodeTimeout, min(wire.StallAfter(l.opts.NodeTimeout), left))
+}
+
+// noneWithin reports whether no node of t's round replied within d of
+// its start: every node late together (Event.Stalled of an Unlock).
+func (t *latencies) noneWithin(d time.Duration) bool {
+	if t == nil {
+		return false
+	}
+	for i := range t.at {
+		if at := t.at[i].Load(); at > 0 && time.Duration(at-1) <= d {
+			return false
+		}
+	}
+	return true
+}
+
+// asStalled is err as ErrClientStalled where the round gave up on every
+// node late together.
+func asStalled(err error) error {
+	if err == quorum.ErrAllLate {
+		return ErrClientStalled
+	}
+	return err
+}
