@@ -98,6 +98,18 @@ func newMemNet(n int) (*memNet, []redlock.Node, func()) {
 // nodes dialed, recording its events. finish, which the bubble's function
 // defers, thaws the frozen nodes, waits for every call (Drain) and closes
 // the clients: a bubble ends only once its goroutines have.
+// heldThenStalled is a lease of "k" on three in-memory nodes, taken before
+// every node's replies are held for stall from now on.
+func heldThenStalled(t *testing.T, direct bool, stall time.Duration) (*redlock.Lease, *eventLog, func()) {
+	t.Helper()
+	m, nodes, closeAll := newMemNet(3)
+	l, events, finish := stallLocker(t, m, nodes, closeAll, direct)
+	lease, err := l.TryLock(t.Context(), "k", time.Second)
+	require.NoError(t, err)
+	m.stallFor(stall)
+	return lease, events, finish
+}
+
 func stallLocker(t *testing.T, m *memNet, nodes []redlock.Node, closeAll func(), direct bool) (l *redlock.Locker, events *eventLog, finish func()) {
 	t.Helper()
 	events = &eventLog{}
@@ -185,12 +197,8 @@ func TestClientStallDoesNotFailHealthyNodes(t *testing.T) {
 		})
 		t.Run("extend", func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				m, nodes, closeAll := newMemNet(3)
-				l, events, finish := stallLocker(t, m, nodes, closeAll, direct)
+				lease, events, finish := heldThenStalled(t, direct, stall)
 				defer finish()
-				lease, err := l.TryLock(t.Context(), "k", time.Second)
-				require.NoError(t, err)
-				m.stallFor(stall)
 				require.NoError(t, lease.Extend(t.Context(), time.Second))
 				assert.True(t, events.last(t, redlock.OpExtend).Stalled)
 				assert.False(t, events.last(t, redlock.OpAcquire).Stalled, "the acquisition before the stall was not late")
@@ -199,12 +207,8 @@ func TestClientStallDoesNotFailHealthyNodes(t *testing.T) {
 		})
 		t.Run("unlock", func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				m, nodes, closeAll := newMemNet(3)
-				l, events, finish := stallLocker(t, m, nodes, closeAll, direct)
+				lease, events, finish := heldThenStalled(t, direct, stall)
 				defer finish()
-				lease, err := l.TryLock(t.Context(), "k", time.Second)
-				require.NoError(t, err)
-				m.stallFor(stall)
 				require.NoError(t, lease.Unlock(t.Context()))
 				assert.True(t, events.last(t, redlock.OpUnlock).Stalled)
 			})
