@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock/redlock/clock"
+	"github.com/redlock/redlock/internal/hashtag"
 	"github.com/redlock/redlock/redlock"
 )
 
@@ -724,4 +725,40 @@ func TestRingOfShardsNeedsNoQuarantine(t *testing.T) {
 	require.ErrorContains(t, err, "node 0 is a *redis.Ring of 2 shards")
 	_, err = redlock.New([]redlock.Node{ring}, &redlock.Options{NoQuarantine: true})
 	require.NoError(t, err)
+}
+
+// TrustNodes keeps the longest MaxTTL any Locker declared in the node's
+// markers, as every examination does: a Locker with a shorter MaxTTL that
+// trusts the nodes after one with a longer MaxTTL declared it must not
+// shorten the quarantine the markers ask of every Locker (a node that
+// forgets later is let back after the shorter MaxTTL while a lease of the
+// longer one may still be held). On a standalone node and on each hash
+// slot's marker of a Redis Cluster alike.
+func TestTrustNodesKeepsTheLongestDeclaredMaxTTL(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		node   func(addr string) redlock.Node
+		marker string
+	}{
+		{"standalone", func(addr string) redlock.Node { return redis.NewClient(&redis.Options{Addr: addr}) }, "redlock:memory"},
+		{"cluster", func(addr string) redlock.Node {
+			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}})
+		}, "redlock:memory:{" + hashtag.TagFor(hashtag.Slot("k")) + "}"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := t.Context()
+			m := miniredis.RunT(t)
+			node := tt.node(m.Addr())
+			t.Cleanup(func() { node.(interface{ Close() error }).Close() })
+			long := newLocker(t, []redlock.Node{node}, &redlock.Options{MaxTTL: time.Hour})
+			require.NoError(t, long.TrustNodes(ctx))
+			short := newLocker(t, []redlock.Node{node}, &redlock.Options{MaxTTL: time.Minute})
+			require.NoError(t, short.TrustNodes(ctx))
+			v, err := m.Get(tt.marker)
+			require.NoError(t, err)
+			f := strings.Fields(v)
+			require.GreaterOrEqual(t, len(f), 3, "marker %q", v)
+			assert.Equal(t, strconv.FormatInt(time.Hour.Milliseconds(), 10), f[2], "the MaxTTL the marker %q declares", v)
+		})
+	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlock/redlock/drift"
 	"github.com/redlock/redlock/quorum"
 	"github.com/redlock/redlock/redlock/internal/wire"
 )
@@ -146,7 +147,7 @@ func majorityHolder(nodes []NodeHolding, need int) (string, time.Duration) {
 			return d
 		}
 		slices.SortFunc(ttls, func(a, b time.Duration) int { return cmp.Compare(longest(b), longest(a)) })
-		if held := ttls[need-1]; held != math.MaxInt64 {
+		if held := ttls[need-1]; held >= 0 {
 			return value, held
 		}
 		return value, -1
@@ -207,7 +208,7 @@ func pttl(ms int64) time.Duration {
 	case ms < 0:
 		return 0
 	}
-	return time.Duration(ms) * time.Millisecond
+	return drift.Mul(time.Millisecond, ms) // a PTTL of 292 years or more is the longest Duration
 }
 
 // collected is the error of an operator's round for the nodes that did not

@@ -2,6 +2,8 @@ package redlock_test
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -349,5 +351,37 @@ func TestTombstoneOutlivesEveryExtensionTheRevokedHolderMaySend(t *testing.T) {
 			}
 			assert.Empty(t, c.holding("k", lease.Value()), "the revoked key was healed back")
 		})
+	}
+}
+
+// Revoke's tombstone lasts at least MaxTTL whatever NodeTimeout is: the
+// life MaxTTL plus two NodeTimeouts saturates instead of wrapping, so a
+// NodeTimeout meant as "no limit" neither shortens the tombstone to the
+// time the key had left (a healing extension could set the revoked key
+// again after it) nor makes it a negative PX that the node refuses after
+// the key was deleted. Control: the default NodeTimeout.
+func TestTombstoneLastsAtLeastMaxTTLForAnyNodeTimeout(t *testing.T) {
+	const maxTTL = 10 * time.Second
+	for _, nodeTimeout := range []time.Duration{0, 1 << 62, math.MaxInt64} {
+		for _, expiring := range []bool{true, false} {
+			t.Run(fmt.Sprintf("NodeTimeout %v, key expiring %v", nodeTimeout, expiring), func(t *testing.T) {
+				ctx := t.Context()
+				c := newCluster(t, 3)
+				l := newLocker(t, c.nodes(nil), &redlock.Options{MaxTTL: maxTTL, NodeTimeout: nodeTimeout})
+				for _, m := range c.servers {
+					require.NoError(t, m.Set("k", "someone"))
+					if expiring {
+						m.SetTTL("k", time.Second)
+					}
+				}
+				rev, err := l.Revoke(ctx, "k")
+				require.NoError(t, err)
+				require.Equal(t, []string{"someone"}, rev.Holders())
+				for i, m := range c.servers {
+					assert.False(t, m.Exists("k"), "node %d: the key was not deleted", i)
+					assert.GreaterOrEqual(t, m.TTL("{k}:redlock-revoked"), maxTTL, "node %d: the tombstone's TTL", i)
+				}
+			})
+		}
 	}
 }

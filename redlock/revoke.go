@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlock/redlock/drift"
 	"github.com/redlock/redlock/redlock/internal/wire"
 )
 
@@ -130,7 +131,7 @@ func (l *Locker) Revoke(ctx context.Context, key string) (Revocation, error) {
 // than that (set by a Locker with a longer MaxTTL) keeps its tombstone as
 // long as the key had left.
 func (l *Locker) tombstoneLife() time.Duration {
-	return l.opts.MaxTTL + 2*l.opts.NodeTimeout
+	return drift.Add(l.opts.MaxTTL, drift.Mul(l.opts.NodeTimeout, 2))
 }
 
 // describe says, for OpRevoke's Detail, who revoked and what was deleted.

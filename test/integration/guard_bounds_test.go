@@ -113,3 +113,57 @@ func TestDeclaredMaxTTLBeyondTheLimitKeepsTheQuarantine(t *testing.T) {
 	// Its majority is gone: the flushed nodes forgot it.
 	require.ErrorIs(t, held.Unlock(ctx), redlock.ErrNotHeld)
 }
+
+// A marker whose memory began ahead of the node's clock, however far (up
+// to what a marker's field can say, and beyond int64), quarantines the
+// node at first use: examine.lua must not rewrite a began it cannot format
+// as an integer (string.format's %d of a number from 2^63 up gives
+// math.MinInt64: a memory begun at the dawn of time, whole). Control: a
+// memory that began long ago is granted at first use.
+func TestMemoryThatBeganAheadOfTheNodesClockKeepsTheQuarantine(t *testing.T) {
+	ctx := t.Context()
+	c := harness.Start(t, harness.Options{Nodes: 3})
+	const ttl = 4 * time.Second
+	opts := redlock.Options{NodeTimeout: time.Second, MaxTTL: ttl}
+	for i, tt := range []struct {
+		name  string
+		began func(now time.Time) string // the marker's first field
+		whole bool
+	}{
+		{"control: long ago", func(time.Time) string { return "0" }, true},
+		{"an hour ahead", func(now time.Time) string { return fmt.Sprint(now.Add(time.Hour).UnixMilli()) }, false},
+		{"the largest int64", func(time.Time) string { return fmt.Sprint(int64(math.MaxInt64)) }, false},
+		{"beyond int64", func(time.Time) string { return "99999999999999999999" }, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, n := range c.Nodes {
+				now, err := n.Admin.Time(ctx).Result()
+				require.NoError(t, err)
+				writeMarker(ctx, t, n, tt.began(now), ttl.Milliseconds())
+			}
+			l := untrustingLocker(t, c.Lockers(), &opts)
+			key := fmt.Sprintf("it:ahead:%d", i)
+			lease, err := l.TryLock(ctx, key, ttl)
+			if tt.whole {
+				require.NoError(t, err)
+				require.NoError(t, lease.Unlock(ctx))
+			} else {
+				require.ErrorIs(t, err, redlock.ErrNodeQuarantined, "a memory that began ahead of the node's clock counted at first use")
+			}
+			drain(t, l)
+		})
+	}
+}
+
+// writeMarker is declareOnNode with the began field as written.
+func writeMarker(ctx context.Context, t *testing.T, n *harness.Node, began string, declared int64) {
+	t.Helper()
+	info, err := n.Admin.Info(ctx, "server").Result()
+	require.NoError(t, err)
+	_, rest, _ := strings.Cut(info, "run_id:")
+	run := strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0])
+	require.NotEmpty(t, run)
+	const century = 100 * 365 * 24 * time.Hour
+	expiry := time.Now().Add(century + rand.N(century)).UnixMilli()
+	require.NoError(t, n.Admin.Do(ctx, "set", "redlock:memory", fmt.Sprintf("%s %s %d", began, run, declared), "pxat", expiry).Err())
+}

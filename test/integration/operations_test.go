@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -125,4 +127,43 @@ func (l *eventLog) of(op redlock.Op) []redlock.Event {
 		}
 	}
 	return out
+}
+
+// Inspect and Revoke report a key's time left as the nodes' PTTL says it,
+// however long: a key set to expire in three or six centuries (longer than
+// a time.Duration holds) reads as the longest Duration, never as a key
+// without expiry (negative) nor as a short time left (the product wrapped).
+// Control: a key of an hour reads as an hour.
+func TestInspectReportsTheTimeLeftOfAKeyLongerThanADuration(t *testing.T) {
+	c := harness.Start(t, harness.Options{})
+	ctx := t.Context()
+	ops := newLockerOn(t, c.Lockers(), &redlock.Options{NodeTimeout: time.Second})
+	for i, tt := range []struct {
+		name  string
+		ms    int64
+		least time.Duration
+	}{
+		{"control: an hour", time.Hour.Milliseconds(), time.Hour - time.Minute},
+		{"three centuries", 300 * 365 * 24 * time.Hour.Milliseconds(), math.MaxInt64},
+		{"six centuries", 600 * 365 * 24 * time.Hour.Milliseconds(), math.MaxInt64},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			key := fmt.Sprintf("it:long-lived:%d", i)
+			for _, n := range c.Nodes {
+				require.NoError(t, n.Admin.Do(ctx, "set", key, "someone", "px", tt.ms).Err())
+			}
+			in, err := ops.Inspect(ctx, key)
+			require.NoError(t, err)
+			require.Equal(t, "someone", in.Holder)
+			assert.GreaterOrEqual(t, in.HeldFor, tt.least, "HeldFor")
+			for _, n := range in.Nodes {
+				assert.GreaterOrEqual(t, n.TTL, tt.least, "%s: TTL", n.Name)
+			}
+			rev, err := ops.Revoke(ctx, key)
+			require.NoError(t, err)
+			for _, n := range rev.Nodes {
+				assert.GreaterOrEqual(t, n.TTL, tt.least, "%s: the revoked key's TTL", n.Name)
+			}
+		})
+	}
 }

@@ -101,3 +101,44 @@ func TestQuarantineEndsAfterItBeganForAnyLength(t *testing.T) {
 	}
 	require.NotZero(t, jumps, "no clock jump was taken for one: the jump half of the property was never checked")
 }
+
+// TestMemoryThatBeganAheadOfTheNodesClockIsQuarantined: a marker whose
+// memory began after the node's clock reads now (a clock that ran ahead
+// when it was written and was set back since, or a marker set by hand) is
+// not a memory known whole: the node is quarantined for at least MaxTTL,
+// however far ahead the marker says the memory began. The age's
+// subtraction saturates, so a marker centuries ahead does not wrap the
+// quarantine's length into the past and let the node's votes count at
+// once. Control: a memory two days old counts at once.
+func TestMemoryThatBeganAheadOfTheNodesClockIsQuarantined(t *testing.T) {
+	const maxTTL = time.Minute
+	for _, tt := range []struct {
+		name  string
+		began func(now time.Time) time.Time
+		whole bool
+	}{
+		{"control: two days ago", func(now time.Time) time.Time { return now.Add(-48 * time.Hour) }, true},
+		{"an hour ahead", func(now time.Time) time.Time { return now.Add(time.Hour) }, false},
+		{"three centuries ahead", func(now time.Time) time.Time { return now.AddDate(300, 0, 0) }, false},
+		{"the latest a marker can say", func(time.Time) time.Time { return time.UnixMilli(math.MaxInt64) }, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := t.Context()
+			start := time.Now()
+			g := New(Config{MaxTTL: maxTTL, Bound: drift.Default, Clock: clock.NewFake(start)})
+			node := &scriptedNode{began: tt.began(start), declared: maxTTL}
+			c := g.Board(ctx, "k")
+			g.AppendTo(c, []redis.Cmder{})
+			sent := time.Now()
+			answer(&c, "", true, node.nodeNow())
+			err := g.Judge(ctx, node, c, wire.Trip{Sent: sent, Received: time.Now()})
+			if tt.whole {
+				require.NoError(t, err)
+				return
+			}
+			var q *QuarantineError
+			require.ErrorAs(t, err, &q, "a memory that began %v ahead of the node's clock counted at once", tt.began(start).Sub(start))
+			assert.GreaterOrEqual(t, q.Left, maxTTL)
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -291,7 +292,10 @@ func (g *Guard) clearAt(state memoryState) time.Time {
 	if state.examinedAt.IsZero() {
 		return time.Time{}
 	}
-	left := g.quarantineTTL() - state.age
+	// A memory that began ahead of the node's clock has a negative age,
+	// math.MinInt64 once the subtraction that read it saturated: it lengthens
+	// the quarantine, saturating too, never wraps it into the past.
+	left := drift.Add(g.quarantineTTL(), -max(state.age, -math.MaxInt64))
 	if left <= 0 {
 		return state.examinedAt
 	}

@@ -2,8 +2,10 @@ package guard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -59,10 +61,15 @@ func trust(ctx context.Context, n wire.Node, maxTTL time.Duration, waitReplicas 
 		if id, err := m.Do(ctx, "CLUSTER", "MYID").Text(); err == nil && id != "" {
 			p.run += "@" + id // as examine.lua names a cluster node
 		}
-		marker := fmt.Sprintf("0 %s %d %s %d %d %d %d", p.run, maxTTL.Milliseconds(), p.replid, p.fed, waitReplicas, p.replicas, p.evicted)
-		if _, err := m.Pipelined(ctx, func(p redis.Pipeliner) error {
+		declared, err := declaredOnSlots(ctx, m, int(r.Start), int(r.End))
+		if err != nil {
+			return err
+		}
+		if _, err := m.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			for slot := r.Start; slot <= r.End; slot++ {
-				p.Set(ctx, slotMarker(int(slot)), marker, 0)
+				// The longest MaxTTL declared is kept, as trust.lua keeps it.
+				d := max(maxTTL, declared[int(slot-r.Start)])
+				pipe.Set(ctx, slotMarker(int(slot)), fmt.Sprintf("0 %s %d %s %d %d %d %d", p.run, d.Milliseconds(), p.replid, p.fed, waitReplicas, p.replicas, p.evicted), 0)
 			}
 			return nil
 		}); err != nil {
@@ -70,6 +77,37 @@ func trust(ctx context.Context, n wire.Node, maxTTL time.Duration, waitReplicas 
 		}
 	}
 	return nil
+}
+
+// declaredOnSlots reads the MaxTTL declared in the markers of slots first
+// to last on master m (0 where a marker is missing or says none), bounded
+// as an examination reads it (declaredTTL).
+func declaredOnSlots(ctx context.Context, m *redis.Client, first, last int) ([]time.Duration, error) {
+	cmds, err := m.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		for slot := first; slot <= last; slot++ {
+			pipe.Get(ctx, slotMarker(slot))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, err
+	}
+	out := make([]time.Duration, len(cmds))
+	for i, c := range cmds {
+		v, err := c.(*redis.StringCmd).Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			continue
+		case err != nil:
+			return nil, err
+		}
+		if f := strings.Fields(v); len(f) >= 3 {
+			if ms, err := strconv.ParseInt(f[2], 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+				out[i] = declaredTTL(ms)
+			}
+		}
+	}
+	return out, nil
 }
 
 // process is what a marker says of a server process: its run_id,

@@ -101,7 +101,10 @@ if m then
 	for w in string.gmatch(m, "%S+") do
 		f[#f + 1] = w
 	end
-	if (#f == 2 or #f == 3 or #f == 8) and string.match(f[1], "^%d+$") then
+	-- A began Lua cannot hold exactly (from 2^53 ms, some 285,000 years
+	-- ahead) is unreadable, as a marker missing: string.format's %d would
+	-- write one from 2^63 up as math.MinInt64, a memory whole since ever.
+	if (#f == 2 or #f == 3 or #f == 8) and string.match(f[1], "^%d+$") and tonumber(f[1]) <= 9007199254740991 then
 		began, run = tonumber(f[1]), f[2]
 		local d = tonumber(f[3] or "")
 		if d and d > declared then
