@@ -44,6 +44,10 @@ type Round[T any] struct {
 	arrivals chan int // indexes of returned calls, buffered to N
 	pending  int      // calls not returned yet
 	afterAll func()   // run by the last Deliver (AfterAll)
+	// lateTimer, a test switch, runs when a decision's timer has fired,
+	// before the decision reads the time: a test sleeps there to make
+	// the timer fire late, as a starved or paused caller's does.
+	lateTimer func()
 }
 
 // call is one node's call in a round.
@@ -288,6 +292,9 @@ func (r *Round[T]) count(ctx context.Context, wait, grace time.Duration, accept 
 				}
 			}
 		case <-deadline:
+			if r.lateTimer != nil {
+				r.lateTimer()
+			}
 			if grace > 0 && !t.Late && lateTogether(start, last, wait) {
 				until := graceEnds // none replied: wait for the first
 				if !last.IsZero() && last.Add(wait).Before(until) {
