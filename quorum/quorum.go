@@ -44,6 +44,10 @@ type Round[T any] struct {
 	arrivals chan int // indexes of returned calls, buffered to N
 	pending  int      // calls not returned yet
 	afterAll func()   // run by the last Deliver (AfterAll)
+	// lateTimer, a test switch, runs when a decision's timer has fired,
+	// before the decision reads the time: a test sleeps there to make
+	// the timer fire late, as a starved or paused caller's does.
+	lateTimer func()
 }
 
 // call is one node's call in a round.
@@ -203,8 +207,9 @@ type Tally[T any] struct {
 	Refused  int       // replies that did not
 	Need     int       // Majority(N)
 	Won      bool      // Accepted >= Need
-	// Late reports that the wait passed before any node had replied, and
-	// the decision waited on within its grace (DecideWithin).
+	// Late reports that the decision waited on past the wait, within its
+	// grace (DecideWithin): no node had replied by then, or the latest
+	// reply came late in it, or the caller was late to see it pass.
 	Late bool
 }
 
@@ -225,9 +230,13 @@ func (r *Round[T]) Decide(ctx context.Context, wait time.Duration, accept func(T
 // unanswered get wait from the latest reply (within the grace), and count
 // as refused (ErrNoReply) after it; so they do at wait itself where every
 // reply came in the first half of wait (the caller and those nodes ran
-// well: the silent ones are the nodes' fault). Nodes still silent, none
-// having replied, when the grace has passed count as refused with
-// ErrAllLate. Tally.Late reports that the decision waited past wait.
+// well: the silent ones are the nodes' fault), unless the caller itself
+// was late to see wait pass: a timer that fires late (by more than an
+// eighth of wait) says the caller was not running, nor reading its
+// replies, and the nodes still out get as long again as it was late.
+// Nodes still silent, none having replied, when the grace has passed
+// count as refused with ErrAllLate. Tally.Late reports that the decision
+// waited past wait.
 // DecideWithin reads the round's arrivals and must be called at most
 // once, and not together with Decide or Collect.
 func (r *Round[T]) DecideWithin(ctx context.Context, wait, grace time.Duration, accept func(T, error) bool) Tally[T] {
@@ -252,10 +261,10 @@ func (r *Round[T]) count(ctx context.Context, wait, grace time.Duration, accept 
 	t := Tally[T]{Votes: make([]Vote[T], n), Need: Majority(n)}
 	var deadline <-chan time.Time
 	var timer *time.Timer
-	var start, graceEnds, last time.Time // with a grace: when the decision began, when its grace ends, the latest reply
+	var p patience
 	if grace > 0 {
-		start = time.Now()
-		graceEnds = start.Add(wait + grace)
+		p.wait, p.start = wait, time.Now()
+		p.due, p.graceEnds = p.start.Add(wait), p.start.Add(wait+grace)
 	}
 	if wait > 0 {
 		timer = time.NewTimer(wait)
@@ -282,24 +291,27 @@ func (r *Round[T]) count(ctx context.Context, wait, grace time.Duration, accept 
 				t.Refused++
 			}
 			if grace > 0 {
-				last = time.Now()
+				p.last = time.Now()
 				if t.Late { // past wait: the others get wait from this reply, their peer's
-					timer.Reset(min(wait, graceEnds.Sub(last)))
+					d := min(wait, p.graceEnds.Sub(p.last))
+					p.due = p.last.Add(d)
+					timer.Reset(d)
 				}
 			}
 		case <-deadline:
-			if grace > 0 && !t.Late && lateTogether(start, last, wait) {
-				until := graceEnds // none replied: wait for the first
-				if !last.IsZero() && last.Add(wait).Before(until) {
-					until = last.Add(wait)
-				}
-				if left := time.Until(until); left > 0 {
+			if r.lateTimer != nil {
+				r.lateTimer()
+			}
+			if grace > 0 {
+				now := time.Now()
+				if until := p.until(now, t.Late); until.After(now) {
 					t.Late = true
-					timer.Reset(left)
+					p.due = until
+					timer.Reset(until.Sub(now))
 					continue
 				}
 			}
-			if t.Late && last.IsZero() {
+			if t.Late && p.last.IsZero() {
 				t.closeUnanswered(ErrAllLate)
 				continue
 			}
@@ -310,6 +322,52 @@ func (r *Round[T]) count(ctx context.Context, wait, grace time.Duration, accept 
 	}
 	t.Won = t.Accepted >= t.Need
 	return t
+}
+
+// patience is the timing of a decision with a grace (DecideWithin), on
+// the monotonic clock.
+type patience struct {
+	wait      time.Duration
+	start     time.Time // when the decision began
+	due       time.Time // when its timer is set to fire
+	graceEnds time.Time // start + wait + grace
+	last      time.Time // the latest reply; zero before the first
+}
+
+// until is how long a decision waits on when its timer, due at p.due,
+// fired at now; a time not after now where it waits no longer. waited
+// says it has waited past wait already (Tally.Late).
+//
+// Two signs say the caller, not its nodes, is late. The nodes are late
+// together (lateTogether), once: the others get wait from the latest
+// reply, or the grace for a first one. Or the timer fired late, by more
+// than an eighth of wait: the caller was not running (its host starved
+// it, or a GC paused it), and neither were the goroutines that read its
+// replies, which may wait unread since before the deadline; so the
+// unanswered nodes get as long again as the caller was late. That is
+// the shape the first sign misses: early replies, then the caller
+// stalled past wait before reading the others. A caller that runs has
+// timers late by far less than wait/8, and a silent node still fails
+// at wait (the lateness would chain otherwise: each extension fired a
+// little late, until the grace's end). Both within the grace.
+func (p *patience) until(now time.Time, waited bool) time.Time {
+	var until time.Time
+	if late := now.Sub(p.due); late > p.wait/8 {
+		until = now.Add(late)
+	}
+	if !waited && lateTogether(p.start, p.last, p.wait) {
+		peers := p.graceEnds // none replied: wait for the first
+		if !p.last.IsZero() && p.last.Add(p.wait).Before(peers) {
+			peers = p.last.Add(p.wait)
+		}
+		if peers.After(until) {
+			until = peers
+		}
+	}
+	if until.After(p.graceEnds) {
+		until = p.graceEnds
+	}
+	return until
 }
 
 // lateTogether reports, when a decision's wait has passed, whether the

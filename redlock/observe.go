@@ -161,10 +161,11 @@ type Event struct {
 	// Of is, for OpLateFailure, the operation whose round it follows.
 	Of Op
 	// Stalled reports, for an acquisition, extension, unlock or check,
-	// that every node missed NodeTimeout together, so that the round,
-	// taking this process's own stall (scheduling, GC) for the likelier
-	// cause, waited on for them (see ErrClientStalled). Duration says how
-	// long it took in all.
+	// that every node missed NodeTimeout together, or the latest reply came
+	// in its second half, or (but for an unlock) the round's timer fired
+	// late, so that the round, taking this process's own stall
+	// (scheduling, GC) for the likelier cause, waited on for them (see
+	// ErrClientStalled). Duration says how long it took in all.
 	Stalled bool
 }
 

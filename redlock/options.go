@@ -31,9 +31,12 @@ type Options struct {
 	// Where every node misses it together, or the latest reply came in its
 	// second half, the stall is most likely this process's (scheduling,
 	// GC), not the nodes': the round then waits on, giving the nodes still
-	// out NodeTimeout from the latest reply, up to StallAfter (ten
-	// NodeTimeouts, at least 500ms) and never past the validity it can
-	// spend (Event.Stalled; ErrClientStalled where none answered). Unlock
+	// out NodeTimeout from the latest reply; and where the round's own
+	// timer fires late by more than an eighth of NodeTimeout (this process
+	// was not running), it gives them as long again as it was late. Both
+	// up to StallAfter (ten NodeTimeouts, at least 500ms) and never past
+	// the validity it can spend (Event.Stalled; ErrClientStalled where
+	// none answered). Unlock
 	// waits as long as the lease had validity left, within the same
 	// bounds. Validity still counts from before the first send.
 	//

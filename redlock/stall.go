@@ -32,6 +32,25 @@ import (
 // monotonic clock, and a round that waited longer only has less of it
 // (checked, as always). A frozen minority is still failed at NodeTimeout
 // whenever its peers answered in the first half of it.
+//
+// Those signs are read from the replies; one shape hides from them: a
+// reply in the first half of NodeTimeout, then the client stalled past it
+// before reading the others (on a loaded host, "2 of 5 granted"). So the
+// round also watches itself: its timer, due at NodeTimeout, fires late
+// when the client was not running, and the goroutines that read the
+// replies were not running either; the nodes still out then get as long
+// again as the timer was late, within the same bounds. Lateness up to an
+// eighth of NodeTimeout is a running client's jitter, not a stall: a
+// frozen minority still fails at NodeTimeout, give or take it.
+// Why the timer, and not a node's own time from when its command was
+// written, judged against what it usually takes: the stall in this shape
+// comes after the writes, so a node timed from its write is as late as
+// one timed from the round's start; and a node's usual time says nothing
+// of whether this client or that node stopped. Only a clock the client
+// itself reads late tells a stalled client from a dead node, and the
+// round's timer is that clock, free: no goroutine, no ticker. What it
+// misses: a stall that ends just before NodeTimeout, whose replies the
+// readers have not caught up with when the timer fires on time.
 
 // ErrClientStalled is the error of a node that had not replied when a
 // round gave up waiting, where every node had missed NodeTimeout together
