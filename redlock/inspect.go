@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -191,7 +192,10 @@ func readInspect(b *ballot, i int, cmd *redis.Cmd) (Outcome, error) {
 			return Failed, fmt.Errorf("redlock: the key's fencing counter on the node is not a number: %q", s)
 		}
 	}
-	h.revoked, _ = r[3].(string)
+	if revoked, ok := r[3].(string); ok {
+		// the latest of the values revoked, one a line (see revoke.lua)
+		h.revoked = revoked[strings.LastIndexByte(revoked, '\n')+1:]
+	}
 	b.found[i] = h
 	if !h.held {
 		return Missing, nil

@@ -2,6 +2,14 @@
 -- Returns 1 if it does, 0 if the key does not exist, -1 if another holder's
 -- value is there, -2 if an operator revoked this very value (KEYS[2], where
 -- given, is the key's revocation tombstone: see Locker.Revoke). Read-only.
+
+-- revoked reports whether tombstone holds this lease's value (ARGV[1])
+-- among the values revoked, one a line (see revoke.lua).
+local function revoked(tombstone)
+	local t = redis.call("GET", tombstone)
+	return t and string.find("\n" .. t .. "\n", "\n" .. ARGV[1] .. "\n", 1, true) ~= nil
+end
+
 local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] then
 	return 1
@@ -14,7 +22,7 @@ elseif v == false then
 	if ok and type(r) == "string" and string.find(r, "role:slave", 1, true) then
 		return redis.error_reply("READONLY You can't write against a read only replica.")
 	end
-	if KEYS[2] and redis.call("GET", KEYS[2]) == ARGV[1] then
+	if KEYS[2] and revoked(KEYS[2]) then
 		return -2
 	end
 	return 0

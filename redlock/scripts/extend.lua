@@ -7,6 +7,14 @@
 -- over another value. KEYS[2], where given, is the key's revocation
 -- tombstone (Locker.Revoke): when it holds this lease's value, the key was
 -- revoked and -2 is returned, never healed.
+
+-- revoked reports whether tombstone holds this lease's value (ARGV[1])
+-- among the values revoked, one a line (see revoke.lua).
+local function revoked(tombstone)
+	local t = redis.call("GET", tombstone)
+	return t and string.find("\n" .. t .. "\n", "\n" .. ARGV[1] .. "\n", 1, true) ~= nil
+end
+
 local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] then
 	return redis.call("PEXPIRE", KEYS[1], ARGV[2])
@@ -19,7 +27,7 @@ elseif v == false then
 	if ok and type(r) == "string" and string.find(r, "role:slave", 1, true) then
 		return redis.error_reply("READONLY You can't write against a read only replica.")
 	end
-	if KEYS[2] and redis.call("GET", KEYS[2]) == ARGV[1] then
+	if KEYS[2] and revoked(KEYS[2]) then
 		return -2
 	end
 	if ARGV[3] == "1" then

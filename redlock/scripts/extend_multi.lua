@@ -8,13 +8,21 @@
 -- some key was set again (healed), 0 if a key is missing (not healing),
 -- -1 if another value holds a key, -2 if an operator revoked a key of this
 -- very lease.
+
+-- revoked reports whether tombstone holds this lease's value (ARGV[1])
+-- among the values revoked, one a line (see revoke.lua).
+local function revoked(tombstone)
+	local t = redis.call("GET", tombstone)
+	return t and string.find("\n" .. t .. "\n", "\n" .. ARGV[1] .. "\n", 1, true) ~= nil
+end
+
 local n = tonumber(ARGV[4])
 local tombstones = #KEYS >= 2 * n
 local missing = {}
 for i = 1, n do
 	local v = redis.call("GET", KEYS[i])
 	if v == false then
-		if tombstones and redis.call("GET", KEYS[n + i]) == ARGV[1] then
+		if tombstones and revoked(KEYS[n + i]) then
 			return -2
 		end
 		missing[#missing + 1] = i
