@@ -52,7 +52,8 @@ type NodeHolding struct {
 	// above the largest on a majority (see Options.Fencing).
 	Counter uint64
 	// Revoked is a value Revoke deleted on the node whose tombstone is
-	// still there: its holder's next extension is refused.
+	// still there (the latest, where it keeps several): its holder's next
+	// extension is refused.
 	Revoked string
 	// QuarantineLeft and QuarantineCause are the node guard's state, as
 	// this Locker knows it (see NodeHealth): while it lasts, the node's
