@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,14 +27,7 @@ const hugeDeclared = int64(math.MaxInt64 / int64(time.Millisecond))
 // (every write of the marker moves it, so that the guards examine it).
 func declareOnNode(ctx context.Context, t *testing.T, n *harness.Node, began, declared int64) {
 	t.Helper()
-	info, err := n.Admin.Info(ctx, "server").Result()
-	require.NoError(t, err)
-	_, rest, _ := strings.Cut(info, "run_id:")
-	run := strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0])
-	require.NotEmpty(t, run)
-	const century = 100 * 365 * 24 * time.Hour
-	expiry := time.Now().Add(century + rand.N(century)).UnixMilli()
-	require.NoError(t, n.Admin.Do(ctx, "set", "redlock:memory", fmt.Sprintf("%d %s %d", began, run, declared), "pxat", expiry).Err())
+	writeMarker(ctx, t, n, strconv.FormatInt(began, 10), declared)
 }
 
 // A MaxTTL declared in the nodes' markers beyond MaxTTLLimit (a Locker that
@@ -155,7 +149,8 @@ func TestMemoryThatBeganAheadOfTheNodesClockKeepsTheQuarantine(t *testing.T) {
 	}
 }
 
-// writeMarker is declareOnNode with the began field as written.
+// writeMarker is declareOnNode with the began field as written (one no
+// int64 holds, say).
 func writeMarker(ctx context.Context, t *testing.T, n *harness.Node, began string, declared int64) {
 	t.Helper()
 	info, err := n.Admin.Info(ctx, "server").Result()
