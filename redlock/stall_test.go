@@ -100,7 +100,7 @@ func newMemNet(n int) (*memNet, []redlock.Node, func()) {
 // the clients: a bubble ends only once its goroutines have.
 // heldThenStalled is a lease of "k" on three in-memory nodes, taken before
 // every node's replies are held for stall from now on.
-func heldThenStalled(t *testing.T, direct bool, stall time.Duration) (*redlock.Lease, *eventLog, func()) {
+func heldThenStalled(t *testing.T, direct bool, stall time.Duration) (*redlock.Lease, *recorder, func()) {
 	t.Helper()
 	m, nodes, closeAll := newMemNet(3)
 	l, events, finish := stallLocker(t, m, nodes, closeAll, direct)
@@ -110,9 +110,9 @@ func heldThenStalled(t *testing.T, direct bool, stall time.Duration) (*redlock.L
 	return lease, events, finish
 }
 
-func stallLocker(t *testing.T, m *memNet, nodes []redlock.Node, closeAll func(), direct bool) (l *redlock.Locker, events *eventLog, finish func()) {
+func stallLocker(t *testing.T, m *memNet, nodes []redlock.Node, closeAll func(), direct bool) (l *redlock.Locker, events *recorder, finish func()) {
 	t.Helper()
-	events = &eventLog{}
+	events = &recorder{}
 	l, err := redlock.New(nodes, &redlock.Options{NodeTimeout: 50 * time.Millisecond, NoAutoPipeline: direct, NoWakeUps: true, Observer: events})
 	require.NoError(t, err)
 	var once sync.Once
@@ -139,36 +139,14 @@ func stallLocker(t *testing.T, m *memNet, nodes []redlock.Node, closeAll func(),
 	return l, events, finish
 }
 
-// eventLog keeps a Locker's events.
-type eventLog struct {
-	mu     sync.Mutex
-	events []redlock.Event
-}
-
-func (e *eventLog) Observe(ev redlock.Event) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.events = append(e.events, ev)
-}
-
-func (e *eventLog) reset() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.events = nil
-}
-
-// last returns the last event of op.
-func (e *eventLog) last(t *testing.T, op redlock.Op) redlock.Event {
+// lastOf returns r's last event of op.
+func lastOf(t *testing.T, r *recorder, op redlock.Op) redlock.Event {
 	t.Helper()
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for i := len(e.events) - 1; i >= 0; i-- {
-		if e.events[i].Op == op {
-			return e.events[i]
-		}
+	events := r.of(op)
+	if len(events) == 0 {
+		t.Fatalf("no %v event", op)
 	}
-	t.Fatalf("no %v event among %d", op, len(e.events))
-	return redlock.Event{}
+	return events[len(events)-1]
 }
 
 // When every node's reply is late together (the client stalled past
@@ -190,7 +168,7 @@ func TestClientStallDoesNotFailHealthyNodes(t *testing.T) {
 				require.NoError(t, err)
 				assert.Equal(t, stall, time.Since(start), "decided when the replies were read")
 				assert.Equal(t, start.Add(time.Second-12*time.Millisecond), lease.Until(), "validity from before the first send: ttl less the drift allowance")
-				e := events.last(t, redlock.OpAcquire)
+				e := lastOf(t, events, redlock.OpAcquire)
 				assert.True(t, e.Stalled, "the event says every node was late together")
 				require.NoError(t, lease.Unlock(t.Context()))
 			})
@@ -200,8 +178,8 @@ func TestClientStallDoesNotFailHealthyNodes(t *testing.T) {
 				lease, events, finish := heldThenStalled(t, direct, stall)
 				defer finish()
 				require.NoError(t, lease.Extend(t.Context(), time.Second))
-				assert.True(t, events.last(t, redlock.OpExtend).Stalled)
-				assert.False(t, events.last(t, redlock.OpAcquire).Stalled, "the acquisition before the stall was not late")
+				assert.True(t, lastOf(t, events, redlock.OpExtend).Stalled)
+				assert.False(t, lastOf(t, events, redlock.OpAcquire).Stalled, "the acquisition before the stall was not late")
 				require.NoError(t, lease.Unlock(t.Context()))
 			})
 		})
@@ -210,7 +188,7 @@ func TestClientStallDoesNotFailHealthyNodes(t *testing.T) {
 				lease, events, finish := heldThenStalled(t, direct, stall)
 				defer finish()
 				require.NoError(t, lease.Unlock(t.Context()))
-				assert.True(t, events.last(t, redlock.OpUnlock).Stalled)
+				assert.True(t, lastOf(t, events, redlock.OpUnlock).Stalled)
 			})
 		})
 	})
@@ -248,7 +226,7 @@ func TestFrozenMinorityStillFailsAtNodeTimeout(t *testing.T) {
 					assert.NotErrorIs(t, qe.Nodes[2].Err, redlock.ErrClientStalled, "one node late among answering ones is the node's fault")
 					assert.Equal(t, redlock.Granted, qe.Nodes[0].Outcome)
 					assert.Equal(t, redlock.Taken, qe.Nodes[1].Outcome)
-					assert.Equal(t, stall > 0, events.last(t, redlock.OpAcquire).Stalled)
+					assert.Equal(t, stall > 0, lastOf(t, events, redlock.OpAcquire).Stalled)
 				})
 			})
 		}
@@ -277,7 +255,7 @@ func TestEveryNodeLateTogetherIsReportedAsAStall(t *testing.T) {
 				assert.ErrorIs(t, n.Err, quorum.ErrNoReply, n.Name)
 			}
 			assert.Contains(t, err.Error(), "every node late together")
-			assert.True(t, events.last(t, redlock.OpAcquire).Stalled)
+			assert.True(t, lastOf(t, events, redlock.OpAcquire).Stalled)
 		})
 	})
 }
