@@ -2,15 +2,11 @@ package redlock_test
 
 import (
 	"context"
-	"fmt"
-	"math"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redlock/redlock/redlock"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 )
 
 // TestZeroValuesSayTheyWereNotMade: a Locker or Lease built as a zero value
@@ -78,37 +74,4 @@ func TestZeroValuesSayTheyWereNotMade(t *testing.T) {
 	if n := lease.Holders(); n != 0 {
 		t.Errorf("Holders() = %d, want 0", n)
 	}
-}
-
-// TestHugeRetryDelayWaitsInsteadOfSpinning: a RetryDelay meant as "rely on
-// wake-ups" (math.MaxInt64), with any jitter, makes Lock wait for the key's
-// release (or its context) after its first attempts, never spin: the sum of
-// delay and jitter saturates instead of wrapping to a negative wait.
-// Control: a short RetryDelay polls many times in the same window.
-func TestHugeRetryDelayWaitsInsteadOfSpinning(t *testing.T) {
-	c := newCluster(t, 3)
-	c.setOther(t, "busy", 0, 1, 2)
-	count := func(t *testing.T, opts redlock.Options) int {
-		t.Helper()
-		var tries attempts
-		opts.Observer = &tries
-		opts.NoWakeUps = true
-		l := newLocker(t, c.nodes(nil), &opts)
-		ctx, cancel := context.WithTimeout(t.Context(), 400*time.Millisecond)
-		defer cancel()
-		_, err := l.Lock(ctx, "busy", time.Second)
-		require.ErrorIs(t, err, context.DeadlineExceeded)
-		require.ErrorIs(t, err, redlock.ErrNotObtained)
-		drain(t, l)
-		return tries.count()
-	}
-	for _, jitter := range []time.Duration{0, time.Millisecond, math.MaxInt64} {
-		t.Run(fmt.Sprint("jitter ", jitter), func(t *testing.T) {
-			n := count(t, redlock.Options{RetryDelay: math.MaxInt64, RetryJitter: jitter})
-			assert.LessOrEqual(t, n, 2, "attempts in 400ms with RetryDelay math.MaxInt64")
-		})
-	}
-	t.Run("control: a short delay polls", func(t *testing.T) {
-		assert.Greater(t, count(t, redlock.Options{RetryDelay: time.Millisecond, RetryJitter: time.Millisecond}), 2, "attempts in 400ms with a RetryDelay of 1ms")
-	})
 }
