@@ -326,11 +326,10 @@ func parseMarker(value string) (markerFields, error) {
 	}
 	m.run = f[1]
 	if len(f) >= 3 {
-		ms, err := strconv.ParseInt(f[2], 10, 64)
-		if err != nil && !errors.Is(err, strconv.ErrRange) {
+		var ok bool
+		if m.declared, ok = parseDeclared(f[2]); !ok {
 			return m, fmt.Errorf("holds %q, whose MaxTTL field is not in ms", value)
 		}
-		m.declared = declaredTTL(ms)
 	}
 	if len(f) == 8 {
 		if m.history, err = parseHistory(f[3], f[5], f[6]); err != nil {
@@ -341,6 +340,17 @@ func parseMarker(value string) (markerFields, error) {
 		}
 	}
 	return m, nil
+}
+
+// parseDeclared reads a marker's MaxTTL field as a quarantine's length
+// (declaredTTL); ok is false where it is not a number of ms. A number no
+// int64 holds reads as the largest, and so as MaxTTLLimit.
+func parseDeclared(field string) (_ time.Duration, ok bool) {
+	ms, err := strconv.ParseInt(field, 10, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
+		return 0, false
+	}
+	return declaredTTL(ms), true
 }
 
 // declaredTTL reads a marker's MaxTTL field (ms) as a quarantine's length.

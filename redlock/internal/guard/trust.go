@@ -102,9 +102,7 @@ func declaredOnSlots(ctx context.Context, m *redis.Client, first, last int) ([]t
 			return nil, err
 		}
 		if f := strings.Fields(v); len(f) >= 3 {
-			if ms, err := strconv.ParseInt(f[2], 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
-				out[i] = declaredTTL(ms)
-			}
+			out[i], _ = parseDeclared(f[2])
 		}
 	}
 	return out, nil
