@@ -3,6 +3,7 @@ package redlock
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -67,7 +68,10 @@ type NodeResult struct {
 	Node    int    // index in the nodes passed to New
 	Name    string // the node's address where known, else "node <index>"
 	Outcome Outcome
-	Err     error // set when Outcome is Failed
+	// Err is set when Outcome is Failed; where it is Unanswered, Err is
+	// what the node guard last knew of the node that kept its votes out
+	// (a *QuarantineError), if anything.
+	Err error
 	// Latency is the time from the round's first send to the node's reply, where
 	// the Locker has an Observer (0 otherwise, and where it had not replied).
 	Latency time.Duration
@@ -88,6 +92,10 @@ type QuorumError struct {
 	Granted int      // how many granted
 	Nodes   []NodeResult
 	Cause   error // ErrNotObtained, ErrNotHeld, the context's error, or nil
+
+	// remedy is what to run when it helps: how to trust new servers that
+	// the guard quarantined (see trustRemedy).
+	remedy string
 }
 
 func (e *QuorumError) Error() string {
@@ -100,14 +108,28 @@ func (e *QuorumError) Error() string {
 	if e.Cause != nil {
 		fmt.Fprintf(&b, " (%v)", e.Cause)
 	}
+	var causes []string // the quarantines' causes said so far: each is said once
 	for _, n := range e.Nodes {
 		if n.Outcome == Granted {
 			continue
 		}
 		fmt.Fprintf(&b, "; %s: %v", n.Name, n.Outcome)
-		if n.Err != nil {
-			fmt.Fprintf(&b, ": %v", n.Err)
+		if n.Err == nil {
+			continue
 		}
+		if n.Outcome == Unanswered {
+			b.WriteString(", and when last examined")
+		}
+		if q, ok := n.Err.(*QuarantineError); ok && slices.Contains(causes, q.Cause) {
+			fmt.Fprintf(&b, ": %v for %v more, as above", ErrNodeQuarantined, q.Left.Round(time.Millisecond))
+			continue
+		} else if ok {
+			causes = append(causes, q.Cause)
+		}
+		fmt.Fprintf(&b, ": %v", n.Err)
+	}
+	if e.remedy != "" {
+		fmt.Fprintf(&b, "; %s", e.remedy)
 	}
 	return b.String()
 }

@@ -331,6 +331,7 @@ func TestClockJumpQuarantinesTheNode(t *testing.T) {
 					return
 				}
 				quarantined(t, err, "its clock jumped forward by")
+				require.NotContains(t, err.Error(), "trust -yes", "trusting a node does not undo its clock's jump")
 				require.Positive(t, lease.Validity())
 				h := b.Health()[2]
 				assert.Equal(t, 1, h.ClockJumps)
@@ -761,4 +762,132 @@ func TestTrustNodesKeepsTheLongestDeclaredMaxTTL(t *testing.T) {
 			assert.Equal(t, strconv.FormatInt(time.Hour.Milliseconds(), 10), f[2], "the MaxTTL the marker %q declares", v)
 		})
 	}
+}
+
+// A quarantine's error says what every node is, the cause once, and, where
+// the nodes' memory began recently, how an operator trusts servers new to
+// the deployment; what it knows of a node the round did not wait for is
+// what the guard last examined, never a guess.
+func TestQuarantineReportSaysWhatEachNodeIsAndHowToTrustNewServers(t *testing.T) {
+	ctx := t.Context()
+	c := newCluster(t, 3)
+	for _, m := range c.servers {
+		m.Del("redlock:memory") // as new servers: no marker
+	}
+	proxies, nodes := c.proxied(t)
+	l := newLocker(t, nodes, nil)
+
+	proxies[2].SetDelay(0, 300*time.Millisecond)
+	_, err := l.TryLock(ctx, "k", time.Second)
+	quarantined(t, err, memoryCause)
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	require.Equal(t, redlock.Unanswered, qe.Nodes[2].Outcome, "decided by nodes 0 and 1")
+	require.NoError(t, qe.Nodes[2].Err, "never examined: nothing is known of it yet")
+
+	drain(t, l) // node 2's reply has come: its guard examined it
+	_, err = l.TryLock(ctx, "k", time.Second)
+	require.ErrorAs(t, err, &qe)
+	require.Equal(t, redlock.Unanswered, qe.Nodes[2].Outcome)
+	var q *redlock.QuarantineError
+	require.ErrorAs(t, qe.Nodes[2].Err, &q, "what the guard last examined on node 2")
+	require.True(t, q.Forgot)
+	require.Greater(t, q.Left, 59*time.Second)
+	msg := err.Error()
+	require.Contains(t, msg, "node 2 ("+proxies[2].Addr()+"): not answered before the decision, and when last examined: redlock: node quarantined for")
+	require.Equal(t, 1, strings.Count(msg, "its memory began"), "the cause once: %s", msg)
+	require.Contains(t, msg, "as above")
+	require.Contains(t, msg, "redlock-admin -nodes "+proxies[0].Addr()+","+proxies[1].Addr()+","+proxies[2].Addr()+" trust -yes",
+		"the error says what to run on new servers")
+
+	proxies[2].SetDelay(0, 0)
+	drain(t, l)
+	require.NoError(t, l.TrustNodes(ctx), "what the error says to do")
+	lease, err := l.TryLock(ctx, "k", time.Second)
+	require.NoError(t, err)
+	require.NoError(t, lease.Unlock(ctx))
+}
+
+// TrustNewNodes trusts a deployment no guarded Locker has used, and leaves
+// one in use as it is: a node that restarted empty beside nodes that
+// remember still waits out its quarantine (where TrustNodes, the negative
+// control, would have lifted it).
+func TestTrustNewNodes(t *testing.T) {
+	ctx := t.Context()
+	fresh := func(t *testing.T) *cluster {
+		c := newCluster(t, 3)
+		for _, m := range c.servers {
+			m.Del("redlock:memory") // as new servers: no marker
+		}
+		return c
+	}
+
+	t.Run("servers just started are trusted", func(t *testing.T) {
+		c := fresh(t)
+		l := newLocker(t, c.nodes(nil), nil)
+		_, err := l.TryLock(ctx, "k", time.Second)
+		quarantined(t, err, memoryCause) // a first run without it: every node examined
+		drain(t, l)
+		trusted, err := newLocker(t, c.nodes(nil), nil).TrustNewNodes(ctx)
+		require.NoError(t, err)
+		require.True(t, trusted, "no node has been able to count for a lease yet")
+		lease, err := l.TryLock(ctx, "k", time.Second)
+		require.NoError(t, err, "the first lock of a new deployment")
+		require.NoError(t, lease.Unlock(ctx))
+		again, err := newLocker(t, c.nodes(nil), nil).TrustNewNodes(ctx)
+		require.NoError(t, err)
+		require.False(t, again, "the next program's start finds the deployment in use")
+	})
+
+	for _, control := range []bool{false, true} {
+		name := "a node that restarted empty beside used ones still waits"
+		if control {
+			name = "negative control: TrustNodes lifts that node's quarantine"
+		}
+		t.Run(name, func(t *testing.T) {
+			c := fresh(t)
+			l := newLocker(t, c.nodes(nil), nil)
+			require.NoError(t, l.TrustNodes(ctx))
+			lease, err := l.TryLock(ctx, "k", time.Minute)
+			require.NoError(t, err)
+			drain(t, l)             // every node has the lease (a SET decided without may land late)
+			c.servers[0].FlushAll() // node 0 forgets while the lease is held
+
+			next := newLocker(t, c.nodes(nil), nil) // a program that starts now
+			if control {
+				require.NoError(t, next.TrustNodes(ctx))
+			} else {
+				trusted, err := next.TrustNewNodes(ctx)
+				require.NoError(t, err)
+				require.False(t, trusted)
+			}
+			// The holder's value is gone from node 0; with node 0 trusted,
+			// a Locker limited to nodes 0 and 1 would need node 1 too
+			// (held), so ask node 0 alone.
+			alone := newLocker(t, c.nodes(nil)[:1], nil)
+			second, err := alone.TryLock(ctx, "k", time.Minute)
+			if control {
+				require.NoError(t, err, "trusted by hand: node 0 grants k again while the lease is held")
+				require.NoError(t, second.Unlock(ctx))
+			} else {
+				quarantined(t, err, memoryCause)
+			}
+			drain(t, alone)
+			require.NoError(t, lease.Unlock(ctx))
+		})
+	}
+
+	t.Run("a node that does not answer trusts nothing", func(t *testing.T) {
+		c := fresh(t)
+		proxies, nodes := c.proxied(t)
+		proxies[2].SetDown(true)
+		l := newLocker(t, nodes, nil)
+		trusted, err := l.TrustNewNodes(ctx)
+		require.Error(t, err)
+		require.False(t, trusted)
+		require.Contains(t, err.Error(), "TrustNewNodes: node 2 (")
+		for i, h := range l.Health()[:2] {
+			require.Greater(t, h.QuarantineLeft, 59*time.Second, "node %d: trusted", i)
+		}
+	})
 }

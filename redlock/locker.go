@@ -655,6 +655,8 @@ func (l *Locker) roundError(ctx context.Context, op string, c wire.Command, tall
 			notWaited++
 		}
 	}
+	l.lastKnown(e, c.Key)
+	e.remedy = l.trustRemedy(e.Nodes)
 	cannotWin := len(tally.Votes) - tally.Need // more refusals than this decide
 	switch {                                   // what the nodes answered outranks a context that ended meanwhile
 	case op == "acquire" && (taken > cannotWin || (taken > 0 && taken+notWaited > cannotWin)):

@@ -4,7 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redlock/redlock/redlock/internal/guard"
 )
@@ -17,6 +22,14 @@ import (
 // how long is left. The guard itself, and why it works as it does, is in
 // internal/guard.
 var ErrNodeQuarantined = guard.ErrNodeQuarantined
+
+// QuarantineError is a quarantined node's vote, in a QuorumError's Nodes:
+// how long is left (Left; 0: for that round trip only), why (Cause), and
+// whether the node's memory began recently (Forgot: a server new to the
+// deployment or one that forgot, which TrustNodes may lift for servers
+// known to hold no locks) rather than its clock jumping. errors.Is(err,
+// ErrNodeQuarantined) matches it.
+type QuarantineError = guard.QuarantineError
 
 // TrustNodes declares every node's current memory complete: a new
 // deployment known to hold no locks, or nodes whose data the operator knows
@@ -47,4 +60,107 @@ func (l *Locker) TrustNodes(ctx context.Context) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// TrustNewNodes trusts every node, as TrustNodes does, only if the
+// deployment is new: no node has been able to count for a guarded lease
+// since its memory began (each is still in the quarantine of its first
+// examination, or has no marker at all). It reports whether it trusted
+// them. A program may call it on every start: on the first runs against
+// servers just started it spares each node the MaxTTL the guard would keep
+// it out; once the deployment is in use it does nothing, so a node that
+// restarted empty beside nodes that remember still waits out its
+// quarantine. It examines every node now (a node that does not answer is
+// an error, and nothing is trusted). On a Redis Cluster node, a slot that
+// any Locker has used counts as in use: call it before the first lock.
+//
+// What it cannot tell: a deployment whose every node lost its memory at
+// once (all restarted without persistence, or all flushed) looks new. Where
+// that can happen while leases are held, trust by hand (redlock-admin
+// trust, or TrustNodes) once the longest lease has run out.
+func (l *Locker) TrustNewNodes(ctx context.Context) (bool, error) {
+	if err := l.made("TrustNewNodes"); err != nil {
+		return false, err
+	}
+	if ctx == nil {
+		return false, errors.New("redlock: TrustNewNodes: nil context")
+	}
+	used := make([]bool, len(l.nodes))
+	errs := make([]error, len(l.nodes))
+	var wg sync.WaitGroup
+	for i, n := range l.nodes {
+		wg.Go(func() {
+			var err error
+			if _, cluster := n.Node.(*redis.ClusterClient); cluster || n.guard == nil {
+				used[i], err = guard.Marked(ctx, n.Node)
+			} else if err = n.guard.Warm(ctx, n.Node); err == nil {
+				used[i] = !n.guard.NeverWhole(time.Now())
+			}
+			if err != nil {
+				errs[i] = fmt.Errorf("redlock: TrustNewNodes: %s: %w", n.name, err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return false, err
+	}
+	if slices.Contains(used, true) {
+		return false, nil
+	}
+	if err := l.TrustNodes(ctx); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// lastKnown gives each node of e that the round was decided without what
+// the node guard last knew of it for key: a quarantine that would have
+// kept its vote out anyway, so that the error says what every node is
+// (nothing is sent to learn it).
+func (l *Locker) lastKnown(e *QuorumError, key string) {
+	now := time.Now()
+	for i := range e.Nodes {
+		n := &e.Nodes[i]
+		if n.Outcome != Unanswered || n.Err != nil || n.Node >= len(l.nodes) || l.nodes[n.Node].guard == nil {
+			continue
+		}
+		if q := l.nodes[n.Node].guard.CurrentFor(key, now); q != nil {
+			n.Err = q
+		}
+	}
+}
+
+// trustRemedy is what to run when some of nodes are quarantined because
+// their memory began recently: on servers new to the deployment the wait
+// is needless, and only the operator can say they are new (a server that
+// restarted empty looks the same to the guard, and must wait). "" when no
+// node is quarantined that way.
+func (l *Locker) trustRemedy(nodes []NodeResult) string {
+	forgot := false
+	for _, n := range nodes {
+		var q *QuarantineError
+		if errors.As(n.Err, &q) && q.Forgot {
+			forgot = true
+			break
+		}
+	}
+	if !forgot {
+		return ""
+	}
+	addrs := make([]string, 0, len(l.nodes))
+	for _, n := range l.nodes {
+		c, ok := n.Node.(interface{ Options() *redis.Options })
+		if !ok || c.Options().Addr == failoverAddr {
+			addrs = nil
+			break
+		}
+		addrs = append(addrs, c.Options().Addr)
+	}
+	list := "HOST:PORT,... (every node)"
+	if addrs != nil {
+		list = strings.Join(addrs, ",")
+	}
+	return "if these servers are new to the deployment and hold no locks, trust them once: redlock-admin -nodes " + list +
+		" trust -yes (or Locker.TrustNodes); a server that restarted empty must wait it out (docs/operations.md)"
 }

@@ -217,7 +217,7 @@ func (g *Guard) verdictAt(state memoryState, now time.Time) error {
 	case jumpLeft > memoryLeft:
 		return &QuarantineError{Left: jumpLeft, Cause: fmt.Sprintf(jumpCause, jumpSize)}
 	}
-	return &QuarantineError{Left: memoryLeft, Cause: memoryCause}
+	return &QuarantineError{Left: memoryLeft, Cause: memoryCause, Forgot: true}
 }
 
 // examine runs examine.lua on the node through ex and records what it

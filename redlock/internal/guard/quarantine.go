@@ -19,6 +19,11 @@ var ErrNodeQuarantined = errors.New("redlock: node quarantined")
 type QuarantineError struct {
 	Left  time.Duration
 	Cause string
+	// Forgot is set where the node's memory began less than MaxTTL ago (a
+	// new server, or one that forgot), not where its clock jumped: the
+	// one quarantine an operator may lift (Locker.TrustNodes) for servers
+	// known to hold no locks.
+	Forgot bool
 }
 
 func (e *QuarantineError) Error() string {
@@ -32,6 +37,6 @@ func (e *QuarantineError) Is(target error) bool { return target == ErrNodeQuaran
 
 // What a quarantine says of its cause.
 const (
-	memoryCause = "its memory began less than MaxTTL ago (a restart without persistence, a flush, an eviction, a failover to a replica that may lack grants because not every replica was waited for, or a first use; Locker.TrustNodes lifts it for a deployment known to hold no locks)"
+	memoryCause = "its memory began less than MaxTTL ago: a server new to the deployment, or one that forgot (a restart without persistence, a flush, an eviction, a failover to a replica that may lack grants because not every replica was waited for)"
 	jumpCause   = "its clock jumped forward by %v less than MaxTTL ago, so keys it granted before may have expired early"
 )

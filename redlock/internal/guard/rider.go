@@ -106,6 +106,38 @@ func (g *Guard) Current(now time.Time) error {
 	return g.verdictAt(worst, now)
 }
 
+// NeverWhole reports whether every memory this guard examined began less
+// than the quarantine's length ago: since its memory began, the node has
+// not been able to count for any guarded lease. False where it examined
+// nothing, and for a memory an operator trusted.
+func (g *Guard) NeverWhole(now time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.memory) == 0 {
+		return false
+	}
+	for _, s := range g.memory {
+		if !g.clearAt(s).After(now) {
+			return false
+		}
+	}
+	return true
+}
+
+// CurrentFor is the guard's verdict now on votes about key, from what it
+// last examined (nil where it examined nothing for key's marker yet, or
+// lets the votes count). It sends nothing: a round decided before the
+// node answered reports with it what the node was when last seen.
+func (g *Guard) CurrentFor(key string, now time.Time) error {
+	g.mu.Lock()
+	state, ok := g.memory[g.markerFor(key)]
+	g.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	return g.verdictAt(state, now)
+}
+
 // Clock is the estimator of the node's clock; nil where it is not measured
 // (a Redis Cluster node).
 func (g *Guard) Clock() *drift.Estimator { return g.clock }

@@ -133,3 +133,43 @@ func processOf(ctx context.Context, c *redis.Client) process {
 	p.replicas, _ = strconv.Atoi(f["connected_slaves"])
 	return p
 }
+
+// Marked reports whether node n carries a marker: some guarded Locker has
+// used the server (or an operator trusted it) since its memory began. On a
+// Redis Cluster node it asks every slot, through the masters that serve
+// them (a pipeline of EXISTS per master).
+func Marked(ctx context.Context, n wire.Node) (bool, error) {
+	cc, ok := n.(*redis.ClusterClient)
+	if !ok {
+		found, err := n.Do(ctx, "EXISTS", markerKey).Int64()
+		return found > 0, err
+	}
+	ranges, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		return false, err
+	}
+	for _, r := range ranges {
+		if len(r.Nodes) == 0 {
+			continue
+		}
+		m, err := cc.MasterForKey(ctx, slotMarker(int(r.Start)))
+		if err != nil {
+			return false, err
+		}
+		cmds, err := m.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for slot := r.Start; slot <= r.End; slot++ {
+				pipe.Exists(ctx, slotMarker(int(slot)))
+			}
+			return nil
+		})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range cmds {
+			if c.(*redis.IntCmd).Val() > 0 {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
