@@ -37,11 +37,14 @@ func Example() {
 	if err := locker.Warm(ctx); err != nil {
 		fmt.Println("not every node is ready:", err)
 	}
-	// These servers are new and hold no locks: say so, or the node guard
-	// keeps each out of the quorum until MaxTTL after its memory began.
-	if err := locker.TrustNodes(ctx); err != nil {
+	// These servers were just started and hold no locks: trust them, or the
+	// node guard keeps each out of the quorum until MaxTTL after its memory
+	// began. Once the deployment is in use, this does nothing.
+	trusted, err := locker.TrustNewNodes(ctx)
+	if err != nil {
 		fmt.Println(err)
 	}
+	fmt.Println("new servers trusted:", trusted)
 	lease, err := locker.Lock(ctx, "invoice:42", 10*time.Second)
 	if err != nil {
 		fmt.Println("not locked:", err)
@@ -57,6 +60,7 @@ func Example() {
 	// Long work: extend before the validity runs out.
 	fmt.Println("extend:", lease.Extend(ctx, 10*time.Second))
 	// Output:
+	// new servers trusted: true
 	// held for about 10s: true
 	// contended: true
 	// extend: <nil>
