@@ -124,11 +124,11 @@ func (lease *Lease) Do(ctx context.Context, ttl time.Duration, fn func(ctx conte
 		case lost:
 			lostErr := fmt.Errorf("redlock: do %s: %w while the function ran", lease.name(), ErrLost)
 			reportLost(lostErr)
-			err = errors.Join(lostErr, err)
+			err = joinErrors(lostErr, err)
 		case !unlockedByFn && errors.Is(unlockErr, ErrNotHeld):
 			lostErr := fmt.Errorf("redlock: do %s: %w: the nodes no longer held it when the function returned: %w", lease.name(), ErrLost, unlockErr)
 			reportLost(lostErr)
-			err = errors.Join(lostErr, err)
+			err = joinErrors(lostErr, err)
 		case !unlockedByFn && unlockErr != nil && err == nil:
 			err = unlockErr // fn's own Unlock already reported its outcome to fn
 		}

@@ -97,6 +97,8 @@ func TestDoCancelsWorkWhenExtensionsFail(t *testing.T) {
 	})
 	require.ErrorIs(t, err, redlock.ErrLost)
 	require.ErrorIs(t, err, context.Canceled, "fn's error is joined")
+	require.NotContains(t, err.Error(), "\n", "one message, one line")
+	require.Contains(t, err.Error(), "while the function ran; context canceled")
 	assert.True(t, cancelled.Before(until), "cancelled at %v, after Until %v", cancelled, until)
 	for _, p := range proxies {
 		p.SetBlackhole(false)

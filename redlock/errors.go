@@ -148,3 +148,39 @@ func (e *QuorumError) Unwrap() []error {
 	}
 	return errs
 }
+
+// joinErrors is errors.Join on one line: the errors' messages joined by
+// "; ", each still seen by errors.Is and errors.As. A nil error is left
+// out; none left is nil, and one is itself. (errors.Join puts each message
+// on its own line, which a log line or a wrapped "...: %w" breaks apart.)
+func joinErrors(errs ...error) error {
+	var kept oneLine
+	for _, err := range errs {
+		if err != nil {
+			kept = append(kept, err)
+		}
+	}
+	switch len(kept) {
+	case 0:
+		return nil
+	case 1:
+		return kept[0]
+	}
+	return kept
+}
+
+// oneLine is errors joined by joinErrors.
+type oneLine []error
+
+func (e oneLine) Error() string {
+	var b strings.Builder
+	for i, err := range e {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(err.Error())
+	}
+	return b.String()
+}
+
+func (e oneLine) Unwrap() []error { return e }

@@ -228,5 +228,5 @@ func collected(op, key string, c wire.Command, tally quorum.Tally[Outcome], node
 	if len(failed) == 0 {
 		return nil
 	}
-	return fmt.Errorf("redlock: %s %q: %d of %d nodes failed: %w", op, key, len(failed), len(nodes), errors.Join(failed...))
+	return fmt.Errorf("redlock: %s %q: %d of %d nodes failed: %w", op, key, len(failed), len(nodes), joinErrors(failed...))
 }

@@ -59,7 +59,7 @@ func (l *Locker) TrustNodes(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return joinErrors(errs...)
 }
 
 // TrustNewNodes trusts every node, as TrustNodes does, only if the
@@ -102,7 +102,7 @@ func (l *Locker) TrustNewNodes(ctx context.Context) (bool, error) {
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := joinErrors(errs...); err != nil {
 		return false, err
 	}
 	if slices.Contains(used, true) {

@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -100,7 +99,7 @@ func (l *Locker) Revoke(ctx context.Context, key string) (Revocation, error) {
 	}
 	err := collected("revoke", key, c, tally, l.nodes)
 	if tagErr != nil {
-		err = errors.Join(err, fmt.Errorf("redlock: revoke %q: deleted, but no tombstone could be left (%w): a holder whose extension heals the key may set it again", key, tagErr))
+		err = joinErrors(err, fmt.Errorf("redlock: revoke %q: deleted, but no tombstone could be left (%w): a holder whose extension heals the key may set it again", key, tagErr))
 	}
 	if l.observed() {
 		l.emit(Event{Op: OpRevoke, Key: key, Duration: l.opts.Clock.Now().Sub(start), Err: err, Nodes: l.results(tally, timing, func(e error) error { return explainDenied(c, e) }), Detail: rev.describe(l.opts.Owner)})

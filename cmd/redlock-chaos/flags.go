@@ -50,7 +50,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.keys, "keys", 2, "lock names, each guarding one counter")
 	fs.IntVar(&cfg.nodes, "nodes", 5, "lock nodes")
 	fs.DurationVar(&cfg.ttl, "ttl", time.Second, "lease TTL")
-	hold := fs.Duration("hold", -1, "time between a critical section's read and its write (default: a quarter of -ttl)")
+	var hold defaultedDuration
+	fs.Var(&hold, "hold", "time between a critical section's read and its write (default: a quarter of -ttl)")
 	fs.DurationVar(&cfg.duration, "duration", 30*time.Second, "how long the clients run")
 	faults := fs.String("faults", strings.Join(faultKinds, ","), "faults to inject, comma-separated: "+strings.Join(faultKinds, ", "))
 	fs.DurationVar(&cfg.faultEvery, "fault-every", 2*time.Second, "mean time between faults")
@@ -96,9 +97,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if cfg.ttl < 100*time.Millisecond {
 		return cfg, usageError{fmt.Errorf("-ttl %v: want at least 100ms", cfg.ttl)}
 	}
-	cfg.hold = *hold
+	cfg.hold = hold.or(cfg.ttl / 4)
 	if cfg.hold < 0 {
-		cfg.hold = cfg.ttl / 4
+		return cfg, usageError{fmt.Errorf("-hold %v: must not be negative", cfg.hold)}
 	}
 	if cfg.hold >= cfg.ttl/2 {
 		return cfg, usageError{fmt.Errorf("-hold %v: want less than half the TTL (%v), or leases run out in the normal case", cfg.hold, cfg.ttl)}
@@ -126,4 +127,37 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		cfg.history = filepath.Join(os.TempDir(), fmt.Sprintf("redlock-chaos-%d.html", cfg.seed))
 	}
 	return cfg, nil
+}
+
+// defaultedDuration is a duration flag whose default depends on other
+// flags, so is known only after parsing: unset, it shows no default of its
+// own in -h (the usage text says what it is), where a sentinel such as -1
+// would print "(default -1ns)".
+type defaultedDuration struct {
+	d   time.Duration
+	set bool
+}
+
+func (f *defaultedDuration) String() string {
+	if f == nil || !f.set {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f *defaultedDuration) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	f.d, f.set = d, true
+	return nil
+}
+
+// or is the flag's value, or def where it was not set.
+func (f *defaultedDuration) or(def time.Duration) time.Duration {
+	if !f.set {
+		return def
+	}
+	return f.d
 }

@@ -113,12 +113,30 @@ func TestPlanIsTheSeeds(t *testing.T) {
 func TestBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-config", "maybe"}, {"-faults", "meteor"}, {"-clients", "0"}, {"-ttl", "1ms"},
-		{"-lockers", "9", "-clients", "2"}, {"-hold", "600ms"}, {"-duration", "0s"}, {"extra"},
+		{"-lockers", "9", "-clients", "2"}, {"-hold", "600ms"}, {"-hold", "-1ms"}, {"-hold", "soon"}, {"-duration", "0s"}, {"extra"},
 	} {
 		_, err := parseFlags(args, discard{})
 		var u usageError
 		require.ErrorAs(t, err, &u, "%v", args)
 	}
+}
+
+// -h says each default once: -hold's is a quarter of -ttl, which the usage
+// text gives, never a sentinel value's "(default -1ns)".
+func TestHelpSaysEachDefaultOnce(t *testing.T) {
+	var help strings.Builder
+	_, err := parseFlags([]string{"-h"}, &help)
+	require.Error(t, err)
+	require.Contains(t, help.String(), "(default: a quarter of -ttl)")
+	require.NotContains(t, help.String(), "(default -1ns)")
+	require.NotContains(t, help.String(), "-ttl) (default")
+
+	cfg, err := parseFlags([]string{"-ttl", "2s"}, discard{})
+	require.NoError(t, err)
+	require.Equal(t, 500*time.Millisecond, cfg.hold, "unset: a quarter of -ttl")
+	cfg, err = parseFlags([]string{"-ttl", "2s", "-hold", "0s"}, discard{})
+	require.NoError(t, err)
+	require.Zero(t, cfg.hold, "set to zero: zero")
 }
 
 type discard struct{}
