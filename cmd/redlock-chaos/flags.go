@@ -51,7 +51,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.nodes, "nodes", 5, "lock nodes")
 	fs.DurationVar(&cfg.ttl, "ttl", time.Second, "lease TTL")
 	var hold defaultedDuration
-	fs.Var(&hold, "hold", "time between a critical section's read and its write (default: a quarter of -ttl)")
+	fs.Var(&hold, "hold", "the `duration` between a critical section's read and its write (default: a quarter of -ttl)")
 	fs.DurationVar(&cfg.duration, "duration", 30*time.Second, "how long the clients run")
 	faults := fs.String("faults", strings.Join(faultKinds, ","), "faults to inject, comma-separated: "+strings.Join(faultKinds, ", "))
 	fs.DurationVar(&cfg.faultEvery, "fault-every", 2*time.Second, "mean time between faults")
