@@ -42,11 +42,9 @@ if ! docker info >/dev/null 2>&1; then
 fi
 log "docker $(docker version --format '{{.Server.Version}}') is up"
 
-stale=$(docker ps -aq --filter label=redlock.test=1)
-if [ -n "$stale" ]; then
-	log "removing $(echo "$stale" | wc -l) containers left by an earlier run"
-	docker rm -f $stale >/dev/null
-fi
+# What a crashed run of this checkout left; never another checkout's or a
+# live run's containers (scripts/clean-test-containers.sh).
+"$here/clean-test-containers.sh"
 
 # One image per server the suite runs on (scripts/build-redis-image.sh pulls it
 # or builds it offline from Debian's packages).

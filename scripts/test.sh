@@ -14,7 +14,18 @@ stage() {
 	stage_name=$1 stage_start=$SECONDS
 	echo "== $1"
 }
-trap '[ -n "$stage_name" ] && echo "== ($stage_name: $((SECONDS - stage_start))s; $((SECONDS / 60))m$((SECONDS % 60))s in all)"' EXIT
+# This run's containers carry its id (test/integration/harness/labels.go), so
+# that the end of the run removes them and nothing of another run on the
+# same Docker host (another checkout, a developer beside CI).
+export REDLOCK_TEST_RUN="$(date +%s)-$$" REDLOCK_TEST_RUN_PID=$$
+export REDLOCK_TEST_CHECKOUT=${REDLOCK_TEST_CHECKOUT:-$(printf %s "$(pwd -P)" | sha256sum | cut -c1-12)}
+finish() {
+	if command -v docker >/dev/null && docker info >/dev/null 2>&1; then
+		scripts/clean-test-containers.sh --run "$REDLOCK_TEST_RUN" || true
+	fi
+	[ -n "$stage_name" ] && echo "== ($stage_name: $((SECONDS - stage_start))s; $((SECONDS / 60))m$((SECONDS % 60))s in all)"
+}
+trap finish EXIT
 
 echo "== go: $(go version)"
 stage "gofmt"
@@ -76,7 +87,7 @@ if ! (cd cmd/redlock-chaos && REDLOCK_CHAOS_ARTIFACTS=$artifacts go test -race -
 fi
 grep -E '^(--- |\s+--- |ok)|(seed [0-9]+, |leases granted|overlapping|stale accesses|increments lost|keys left|linearizable|trials|^\s+(freeze|kill|outage|amnesia|snapshot|rollback|partition|blackhole|latency|scriptflush|flush|evict|pressure|clockjump|failover|pause) +[0-9])' "$chaos"; rm -f "$chaos"
 log=$(mktemp)
-trap 'rm -f "$log"; [ -n "$stage_name" ] && echo "== ($stage_name: $((SECONDS - stage_start))s; $((SECONDS / 60))m$((SECONDS % 60))s in all)"' EXIT
+trap 'rm -f "$log"; finish' EXIT
 # The whole suite on every server, over the auto-pipeline; on Redis 7.0 over
 # the direct transport too. The rolling upgrade starts its own mix of servers,
 # so it runs once.

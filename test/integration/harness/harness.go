@@ -256,7 +256,7 @@ func (n *Node) run(ctx context.Context) error {
 	ctr, err := testcontainers.Run(ctx, Image(n.Server),
 		testcontainers.WithCmd(args...),
 		testcontainers.WithExposedPorts("6379/tcp"),
-		testcontainers.WithLabels(map[string]string{Label: "1"}),
+		testcontainers.WithLabels(containerLabels()),
 		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
 			hc.PortBindings = network.PortMap{
 				network.MustParsePort("6379/tcp"): {{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: strconv.Itoa(n.port)}},
