@@ -63,21 +63,24 @@ func (l *Locker) TrustNodes(ctx context.Context) error {
 }
 
 // TrustNewNodes trusts every node, as TrustNodes does, only if the
-// deployment is new: no node has been able to count for a guarded lease
-// since its memory began (each is still in the quarantine of its first
-// examination, or has no marker at all). It reports whether it trusted
+// deployment is new: no node holds a key that may be a lease (any key but
+// the library's own bookkeeping), and no node has been able to count for a
+// guarded lease since its memory began (each is still in the quarantine of
+// its first examination, or has no marker). It reports whether it trusted
 // them. A program may call it on every start: on the first runs against
 // servers just started it spares each node the MaxTTL the guard would keep
 // it out; once the deployment is in use it does nothing, so a node that
-// restarted empty beside nodes that remember still waits out its
+// restarted empty beside nodes that remember a lease still waits out its
 // quarantine. It examines every node now (a node that does not answer is
-// an error, and nothing is trusted). On a Redis Cluster node, a slot that
-// any Locker has used counts as in use: call it before the first lock.
+// an error, and nothing is trusted). A server shared with other data is
+// never new to it.
 //
-// What it cannot tell: a deployment whose every node lost its memory at
-// once (all restarted without persistence, or all flushed) looks new. Where
-// that can happen while leases are held, trust by hand (redlock-admin
-// trust, or TrustNodes) once the longest lease has run out.
+// What it cannot tell: a deployment where a majority lost its memory at
+// once (restarted without persistence, flushed) while a lease was held
+// looks new; and its check and its trust are two steps, so a program
+// paused between them past another's first lease may trust late. Where
+// either can happen, leave it out and trust by hand (redlock-admin trust,
+// or TrustNodes) once the longest lease has run out.
 func (l *Locker) TrustNewNodes(ctx context.Context) (bool, error) {
 	if err := l.made("TrustNewNodes"); err != nil {
 		return false, err
@@ -91,7 +94,9 @@ func (l *Locker) TrustNewNodes(ctx context.Context) (bool, error) {
 	for i, n := range l.nodes {
 		wg.Go(func() {
 			var err error
-			if _, cluster := n.Node.(*redis.ClusterClient); cluster || n.guard == nil {
+			used[i], err = holdsLeaseKeys(ctx, n.Node)
+			if used[i] || err != nil {
+			} else if _, cluster := n.Node.(*redis.ClusterClient); cluster || n.guard == nil {
 				used[i], err = guard.Marked(ctx, n.Node)
 			} else if err = n.guard.Warm(ctx, n.Node); err == nil {
 				used[i] = !n.guard.NeverWhole(time.Now())
@@ -112,6 +117,68 @@ func (l *Locker) TrustNewNodes(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	return true, nil
+}
+
+// maxKeysScanned bounds how many keys holdsLeaseKeys reads on a node: a
+// node with more is in use.
+const maxKeysScanned = 10_000
+
+// holdsLeaseKeys reports whether node n holds a key that may be a lease:
+// any key but the library's own bookkeeping (markers, fencing counters,
+// tombstones, lines), or more keys than maxKeysScanned. A lease held now
+// stands on the nodes that granted it and did not forget: whatever a
+// Locker's MaxTTL makes of the nodes' ages, its key shows the deployment
+// in use. (A server shared with other data is never new to TrustNewNodes.)
+func holdsLeaseKeys(ctx context.Context, n Node) (bool, error) {
+	type doer interface {
+		Do(ctx context.Context, args ...any) *redis.Cmd
+	}
+	masters := []doer{n}
+	if cc, ok := n.(*redis.ClusterClient); ok {
+		masters = nil
+		var mu sync.Mutex
+		if err := cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+			mu.Lock()
+			masters = append(masters, c)
+			mu.Unlock()
+			return nil
+		}); err != nil {
+			return false, err
+		}
+	}
+	scanned := 0
+	for _, m := range masters {
+		cursor := "0"
+		for {
+			res, err := m.Do(ctx, "SCAN", cursor, "COUNT", 1000).Slice()
+			if err != nil {
+				return false, err
+			}
+			if len(res) != 2 {
+				return false, fmt.Errorf("SCAN answered %d elements, not a cursor and a page", len(res))
+			}
+			next, _ := res[0].(string)
+			page, _ := res[1].([]any)
+			keys := make([]string, 0, len(page))
+			for _, k := range page {
+				if s, ok := k.(string); ok {
+					keys = append(keys, s)
+				}
+			}
+			for _, k := range keys {
+				if _, reserved := reservedAs(k); !reserved {
+					return true, nil
+				}
+			}
+			if scanned += len(keys); scanned > maxKeysScanned {
+				return true, nil
+			}
+			if cursor = next; cursor == "0" || cursor == "" {
+				break
+			}
+		}
+	}
+	return false, nil
 }
 
 // lastKnown gives each node of e that the round was decided without what
@@ -140,9 +207,11 @@ func (l *Locker) trustRemedy(nodes []NodeResult) string {
 	forgot := false
 	for _, n := range nodes {
 		var q *QuarantineError
-		if errors.As(n.Err, &q) && q.Forgot {
+		switch {
+		case n.Outcome == Taken || n.Outcome == Revoked:
+			return "" // a node holds a lease: the deployment is in use, and trusting would lift a forgetful node's quarantine
+		case errors.As(n.Err, &q) && q.Forgot:
 			forgot = true
-			break
 		}
 	}
 	if !forgot {
@@ -155,7 +224,7 @@ func (l *Locker) trustRemedy(nodes []NodeResult) string {
 			addrs = nil
 			break
 		}
-		addrs = append(addrs, c.Options().Addr)
+		addrs = append(addrs, adminAddr(c.Options()))
 	}
 	list := "HOST:PORT,... (every node)"
 	if addrs != nil {
@@ -163,4 +232,20 @@ func (l *Locker) trustRemedy(nodes []NodeResult) string {
 	}
 	return "if these servers are new to the deployment and hold no locks, trust them once: redlock-admin -nodes " + list +
 		" trust -yes (or Locker.TrustNodes); a server that restarted empty must wait it out (docs/operations.md)"
+}
+
+// adminAddr names a node as redlock-admin's -nodes takes it: host:port for
+// database 0 over plain TCP, else a URL that carries the scheme (rediss://,
+// unix://) and the database. (Credentials and TLS files stay the
+// operator's to give, by flags.)
+func adminAddr(o *redis.Options) string {
+	switch {
+	case o.Network == "unix":
+		return fmt.Sprintf("unix://%s?db=%d", o.Addr, o.DB)
+	case o.TLSConfig != nil:
+		return fmt.Sprintf("rediss://%s/%d", o.Addr, o.DB)
+	case o.DB != 0:
+		return fmt.Sprintf("redis://%s/%d", o.Addr, o.DB)
+	}
+	return o.Addr
 }

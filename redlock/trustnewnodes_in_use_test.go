@@ -1,0 +1,230 @@
+package redlock_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/redlock"
+)
+
+// oldMemory marks m's memory as begun age ago on its own clock, by Lockers
+// that declared maxTTL: what an examination writes on a server in use
+// (miniredis names no run_id: "?").
+func oldMemory(t *testing.T, c *cluster, age, maxTTL time.Duration, idx ...int) {
+	t.Helper()
+	began := time.Now().Add(-age).UnixMilli()
+	for _, i := range idx {
+		require.NoError(t, c.servers[i].Set("redlock:memory", fmt.Sprintf("%d ? %d", began, maxTTL.Milliseconds())))
+	}
+}
+
+// A deployment ten minutes in use by Lockers with the default MaxTTL (a
+// minute): every node's memory is whole to them. A lease stands on nodes 0
+// and 1 (node 2 missed the grant), then node 0 restarts empty: the guard
+// quarantines it for a minute. A program that declares a longer MaxTTL
+// (an hour) starts and calls TrustNewNodes, as the docs say to do on every
+// start: to it, memories ten minutes old began "less than the quarantine
+// ago", so every node looks never whole, and it trusts them all, node 0
+// included. Node 0 and node 2 then grant k again while the lease is held.
+func TestTrustNewNodesLeavesADeploymentInUseToALongerMaxTTL(t *testing.T) {
+	ctx := t.Context()
+	c := newCluster(t, 3)
+	oldMemory(t, c, 10*time.Minute, redlock.DefaultMaxTTL, 0, 1, 2)
+
+	a := newLocker(t, c.nodes(nil), nil) // the deployment's Lockers: MaxTTL a minute
+	lease, err := a.TryLock(ctx, "k", 50*time.Second)
+	require.NoError(t, err)
+	drain(t, a)
+	c.servers[2].Del("k") // node 2 missed the grant (a write lost on the way, a timeout)
+	require.Equal(t, []int{0, 1}, c.holding("k", lease.Value()), "the lease stands on nodes 0 and 1")
+
+	c.servers[0].FlushAll() // node 0 restarts empty while the lease is held
+
+	// Control: a program with the deployment's own MaxTTL leaves it alone.
+	same, err := newLocker(t, c.nodes(nil), nil).TrustNewNodes(ctx)
+	require.NoError(t, err)
+	require.False(t, same, "control: the deployment is in use")
+
+	// A program that declares a longer MaxTTL.
+	long := newLocker(t, c.nodes(nil), &redlock.Options{MaxTTL: time.Hour})
+	trusted, err := long.TrustNewNodes(ctx)
+	require.NoError(t, err)
+	assert.False(t, trusted, "a deployment ten minutes in use, whose node 0 forgot a held lease, is trusted as new")
+
+	other := newLocker(t, c.nodes(nil), nil)
+	second, err := other.TryLock(ctx, "k", 10*time.Second)
+	if err == nil {
+		t.Errorf("k granted twice while the first lease is held: the second stands on %v", c.holding("k", second.Value()))
+		require.NoError(t, second.Unlock(ctx))
+	}
+	drain(t, other)
+	_ = lease.Unlock(ctx) // node 0 forgot it, and node 1 alone is no quorum
+}
+
+// A majority forgets beside a node whose memory is intact but young, and
+// which even holds the lease (its grant did not count, but stands): the
+// documented caveat is a deployment whose every node forgot at once, but
+// TrustNewNodes trusts whenever every node's memory is younger than MaxTTL,
+// which a majority forgetting suffices for when the rest is young. Two
+// ways to get there: node 2 is a server new to the deployment (a
+// replacement, still in its first quarantine), or a rolling restart
+// without persistence, one node after another, less than MaxTTL apart
+// (node 2 first, then 0 and 1 while a lease granted by them is held). The
+// guard alone keeps every node out (control); TrustNewNodes, called by a
+// program that starts meanwhile, lets them all in, and k is granted twice.
+func TestTrustNewNodesSeesALeaseOnAYoungNode(t *testing.T) {
+	ctx := t.Context()
+	for _, how := range []string{"node 2 is a new server", "a rolling restart: node 2 first"} {
+		for _, control := range []bool{false, true} {
+			name := how
+			if control {
+				name += "; control: without TrustNewNodes the guard holds"
+			}
+			t.Run(name, func(t *testing.T) {
+				c := newCluster(t, 3)
+				if how == "node 2 is a new server" {
+					oldMemory(t, c, 10*time.Minute, redlock.DefaultMaxTTL, 0, 1)
+					c.servers[2].Del("redlock:memory")
+				} else {
+					oldMemory(t, c, 10*time.Minute, redlock.DefaultMaxTTL, 0, 1, 2)
+				}
+				a := newLocker(t, c.nodes(nil), nil)
+				if how != "node 2 is a new server" {
+					// The deployment in use; then node 2 restarts empty.
+					l, err := a.TryLock(ctx, "warm", time.Second)
+					require.NoError(t, err)
+					require.NoError(t, l.Unlock(ctx))
+					c.servers[2].FlushAll()
+				}
+				lease, err := a.TryLock(ctx, "k", 50*time.Second)
+				require.NoError(t, err, "nodes 0 and 1 are whole")
+				drain(t, a)
+				require.Equal(t, []int{0, 1, 2}, c.holding("k", lease.Value()), "node 2 holds it too, its vote not counted")
+
+				c.servers[0].FlushAll() // nodes 0 and 1 restart empty while the lease is held
+				c.servers[1].FlushAll()
+
+				if !control {
+					trusted, err := newLocker(t, c.nodes(nil), nil).TrustNewNodes(ctx)
+					require.NoError(t, err)
+					assert.False(t, trusted, "nodes 0 and 1 forgot a held lease; node 2's memory did not lapse")
+				}
+				other := newLocker(t, c.nodes(nil), nil)
+				second, err := other.TryLock(ctx, "k", 10*time.Second)
+				if err == nil {
+					t.Errorf("k granted twice while the first lease is held: the second stands on %v", c.holding("k", second.Value()))
+					require.NoError(t, second.Unlock(ctx))
+				} else {
+					quarantined(t, err, memoryCause)
+				}
+				drain(t, other)
+				_ = lease.Unlock(ctx)
+			})
+		}
+	}
+}
+
+// A clock stepped back makes an old memory look young: the guard reads a
+// memory's age on the node's own clock (TIME less the marker's began), and
+// a backward step (NTP correcting a clock that ran ahead, a VM restored)
+// shortens it. The guard's quarantine treats that as the safe direction,
+// but to TrustNewNodes a deployment ten minutes in use whose nodes' clocks
+// stepped back ten minutes is new: node 0, which restarted empty while a
+// lease is held, is trusted with the rest, and grants k again.
+func TestTrustNewNodesSeesADeploymentInUseAfterAClockStepBack(t *testing.T) {
+	ctx := t.Context()
+	c := newCluster(t, 3)
+	oldMemory(t, c, 10*time.Minute, redlock.DefaultMaxTTL, 0, 1, 2)
+	a := newLocker(t, c.nodes(nil), nil)
+	lease, err := a.TryLock(ctx, "k", 50*time.Second)
+	require.NoError(t, err)
+	drain(t, a)
+	c.servers[2].Del("k") // node 2 missed the grant: the lease stands on nodes 0 and 1
+	c.servers[0].FlushAll()
+
+	// Control: the clocks as they were, the deployment is in use.
+	same, err := newLocker(t, c.nodes(nil), nil).TrustNewNodes(ctx)
+	require.NoError(t, err)
+	require.False(t, same, "control")
+
+	for _, m := range c.servers { // the servers' host clock steps back ten minutes
+		m.SetTime(time.Now().Add(-10 * time.Minute))
+	}
+	trusted, err := newLocker(t, c.nodes(nil), nil).TrustNewNodes(ctx)
+	require.NoError(t, err)
+	assert.False(t, trusted, "a deployment in use, whose node 0 forgot a held lease, trusted after a clock step back")
+
+	other := newLocker(t, c.nodes(nil), nil)
+	second, err := other.TryLock(ctx, "k", 10*time.Second)
+	if err == nil {
+		t.Errorf("k granted twice while the first lease is held: the second stands on %v", c.holding("k", second.Value()))
+		require.NoError(t, second.Unlock(ctx))
+	}
+	drain(t, other)
+	_ = lease.Unlock(ctx)
+}
+
+// TrustNewNodes judges the memories it examined, then trusts what is on
+// the nodes when its trust arrives: the trust script writes its marker
+// whatever it finds. Two instances of a program start together and both
+// call TrustNewNodes on new servers; one has a slow node (2), so its
+// examinations end late. The other trusts, locks k, and node 0 restarts
+// empty while that lease is held. The slow instance then trusts too, node
+// 0's new memory with the rest, though that memory is not the one it
+// examined: node 0 grants k again.
+func TestTrustNewNodesTrustsOnlyWhatItExamined(t *testing.T) {
+	ctx := t.Context()
+	c := newCluster(t, 3)
+	for _, m := range c.servers {
+		m.Del("redlock:memory") // new servers
+	}
+	first := newLocker(t, c.nodes(nil), nil) // a first run without it: quarantined everywhere
+	_, err := first.TryLock(ctx, "k", time.Second)
+	quarantined(t, err, memoryCause)
+	drain(t, first)
+	proxies, slowNodes := c.proxied(t)
+	slow := newLocker(t, slowNodes, nil)
+	for _, n := range slowNodes { // connections open, the scripts cached: one round trip each
+		require.NoError(t, n.(*redis.Client).Ping(ctx).Err())
+	}
+	proxies[2].SetDelay(0, 700*time.Millisecond)
+	type result struct {
+		trusted bool
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		trusted, err := slow.TrustNewNodes(ctx)
+		done <- result{trusted, err}
+	}()
+	time.Sleep(200 * time.Millisecond) // the slow instance examined nodes 0 and 1, waits on node 2
+
+	fast := newLocker(t, c.nodes(nil), nil)
+	trusted, err := fast.TrustNewNodes(ctx)
+	require.NoError(t, err)
+	require.True(t, trusted, "new servers")
+	lease, err := fast.TryLock(ctx, "k", 50*time.Second)
+	require.NoError(t, err)
+	drain(t, fast)
+	c.servers[2].Del("k")   // node 2 missed the grant: the lease stands on nodes 0 and 1
+	c.servers[0].FlushAll() // node 0 restarts empty while the lease is held
+
+	r := <-done
+	require.NoError(t, r.err)
+	t.Logf("slow trusted=%v", r.trusted)
+	assert.False(t, r.trusted, "node 0's memory began after the slow instance examined it, while a lease is held")
+
+	other := newLocker(t, c.nodes(nil), nil)
+	second, err := other.TryLock(ctx, "k", 10*time.Second)
+	if err == nil {
+		t.Errorf("k granted twice while the first lease is held: the second stands on %v", c.holding("k", second.Value()))
+		require.NoError(t, second.Unlock(ctx))
+	}
+	drain(t, other)
+	_ = lease.Unlock(ctx)
+}

@@ -1,0 +1,322 @@
+package redlock_test
+
+// Adversarial tests of Locker.TrustNewNodes (and of what a QuorumError says
+// about quarantined nodes). Each test builds a deployment that is in use
+// (a lease is held, on a bare majority) where one node forgot the lease,
+// and asserts that TrustNewNodes leaves that node quarantined, as its
+// documentation promises: "once the deployment is in use it does nothing, so
+// a node that restarted empty beside nodes that remember still waits out its
+// quarantine". None of these deployments is the documented caveat (every
+// node lost its memory at once): only node 0 forgot.
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/clock"
+	"github.com/redlock/redlock/internal/faultnet"
+	"github.com/redlock/redlock/internal/nodeflag"
+	"github.com/redlock/redlock/redlock"
+)
+
+// freshCluster is n servers as just started: no guard marker.
+func freshCluster(t *testing.T, n int) *cluster {
+	t.Helper()
+	c := newCluster(t, n)
+	for _, m := range c.servers {
+		m.Del("redlock:memory")
+	}
+	return c
+}
+
+// holderNodes are the cluster's nodes for a lease holder: through proxies,
+// with clients that do not resend a command on a broken connection (a
+// resend would reach node 2 once it is back).
+func holderNodes(t *testing.T, c *cluster) ([]*faultnet.Proxy, []redlock.Node) {
+	t.Helper()
+	return c.proxiedWith(t, func(o *redis.Options) { o.MaxRetries = -1 })
+}
+
+// holdOnNodes01 takes key for holder while node 2 is unreachable (its
+// proxy down), so that the lease stands on nodes 0 and 1 alone: a bare
+// majority, as any lease granted while one node was down. Node 2 is back
+// afterwards, without the key.
+func holdOnNodes01(t *testing.T, c *cluster, node2 *faultnet.Proxy, holder *redlock.Locker, key string, ttl time.Duration) *redlock.Lease {
+	t.Helper()
+	node2.SetDown(true)
+	lease, err := holder.TryLock(t.Context(), key, ttl)
+	require.NoError(t, err)
+	drain(t, holder)
+	node2.SetDown(false)
+	require.Equal(t, []int{0, 1}, c.holding(key, lease.Value()), "the lease stands on nodes 0 and 1")
+	require.Equal(t, []int{0, 1}, c.holdingAny(key), "node 2 does not hold the key")
+	return lease
+}
+
+// holdingAny returns the indexes of servers where key is set.
+func (c *cluster) holdingAny(key string) []int {
+	var idx []int
+	for i, m := range c.servers {
+		if m.Exists(key) {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+// requireNoSecondGrant asserts that a program starting now cannot take key
+// while lease (which node 0 forgot) is valid: node 0 must still be
+// quarantined, or nodes 0 and 2 grant key a second time.
+func requireNoSecondGrant(t *testing.T, c *cluster, lease *redlock.Lease, key string, ttl time.Duration, opts *redlock.Options) {
+	t.Helper()
+	next := newLocker(t, c.nodes(nil), opts)
+	second, err := next.TryLock(t.Context(), key, ttl)
+	if err == nil {
+		valid := lease.Validity()
+		_ = second.Unlock(t.Context())
+		require.Failf(t, "double grant", "nodes 0 and 2 granted %q again while the first lease is valid for %v more: node 0, which forgot it, was trusted", key, valid)
+	}
+	t.Logf("second TryLock: %v", err)
+	require.Positive(t, lease.Validity(), "the first lease must still be valid for the check to mean anything")
+}
+
+// F1. TrustNewNodes judges "never whole" by the caller's own MaxTTL. A
+// Locker with a shorter MaxTTL (3 s here) has waited out its quarantine
+// and granted a lease; a program with a longer MaxTTL (the default minute)
+// starts while the markers are younger than its MaxTTL, sees every node as
+// "never whole", and trusts node 0 which forgot the lease. Markers declare
+// MaxTTL precisely so that Lockers of different MaxTTL may share nodes; the
+// guard of the long Locker would have kept node 0 out for a minute.
+//
+// Control: a caller with the granting Locker's MaxTTL finds the deployment
+// in use.
+func TestTrustNewNodesLeavesADeploymentInUseToALongerMaxTTLCaller(t *testing.T) {
+	const shortTTL = 3 * time.Second
+	for _, callerMaxTTL := range []time.Duration{shortTTL, time.Minute} {
+		name := "control: caller with the granting Locker's MaxTTL"
+		if callerMaxTTL == time.Minute {
+			name = "caller with a longer MaxTTL"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			c := freshCluster(t, 3)
+			proxies, nodes := holderNodes(t, c)
+			short := newLocker(t, nodes, &redlock.Options{MaxTTL: shortTTL})
+			require.NoError(t, short.Warm(ctx))                       // every memory begins now
+			time.Sleep(shortTTL + shortTTL/10 + 100*time.Millisecond) // and the drift bound: whole for short
+			lease := holdOnNodes01(t, c, proxies[2], short, "k", shortTTL)
+			drain(t, short)
+			c.servers[0].FlushAll() // node 0 restarts empty while the lease is held
+
+			caller := newLocker(t, c.nodes(nil), &redlock.Options{MaxTTL: callerMaxTTL})
+			trusted, err := caller.TrustNewNodes(ctx)
+			require.NoError(t, err)
+			assert.False(t, trusted, "the deployment is in use: a lease granted by nodes 0 and 1 is held, and node 0 forgot it")
+			requireNoSecondGrant(t, c, lease, "k", time.Second, &redlock.Options{MaxTTL: shortTTL})
+		})
+	}
+}
+
+// F2. "No marker" is not "new". Lockers with NoQuarantine write no marker
+// and grant leases. Node 0 forgets one (held on nodes 0 and 1). A guarded
+// program starting now, without TrustNewNodes, quarantines every node (no
+// marker: its memory begins now) and cannot take the key; with
+// TrustNewNodes, as the quick start says to call on every start, it trusts
+// every node and takes the key on nodes 0 and 2. The same whether the
+// caller is guarded (examines: every marker young) or has NoQuarantine
+// itself (guard.Marked: no marker anywhere).
+func TestTrustNewNodesSeesLeasesOfNoQuarantineLockers(t *testing.T) {
+	for _, callerNoQuarantine := range []bool{false, true} {
+		name := map[bool]string{false: "guarded caller", true: "NoQuarantine caller"}[callerNoQuarantine]
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			c := freshCluster(t, 3)
+			proxies, nodes := holderNodes(t, c)
+			plain := newLocker(t, nodes, &redlock.Options{NoQuarantine: true})
+			lease := holdOnNodes01(t, c, proxies[2], plain, "k", 10*time.Second)
+			drain(t, plain)
+			c.servers[0].FlushAll()
+
+			// The negative control: a guarded Locker on its own refuses.
+			guarded := newLocker(t, c.nodes(nil), nil)
+			_, err := guarded.TryLock(ctx, "k", time.Second)
+			require.ErrorIs(t, err, redlock.ErrNodeQuarantined)
+			drain(t, guarded)
+			for _, m := range c.servers { // as before that Locker's examinations
+				m.Del("redlock:memory")
+			}
+
+			caller := newLocker(t, c.nodes(nil), &redlock.Options{NoQuarantine: callerNoQuarantine})
+			trusted, err := caller.TrustNewNodes(ctx)
+			require.NoError(t, err)
+			assert.False(t, trusted, "nodes 0 and 1 granted a lease that is still held; node 0 forgot it")
+			requireNoSecondGrant(t, c, lease, "k", time.Second, nil)
+		})
+	}
+}
+
+// F3. TrustNewNodes compares the guard's quarantine ends, which are
+// readings of Options.Clock, with time.Now(). A Locker whose Clock reads
+// ahead of the system clock (a clock.Fake started ahead and following the
+// system clock here) finds every node "never whole", even nodes trusted
+// long ago (a whole memory's clearAt is its examination's Clock reading),
+// and trusts a deployment in use. Locker.Health reads Options.Clock for the
+// same verdicts. Control: the same Locker with the system clock.
+func TestTrustNewNodesWithAClockAheadOfTheSystemClock(t *testing.T) {
+	for _, ahead := range []bool{false, true} {
+		name := map[bool]string{false: "control: system clock", true: "Options.Clock an hour ahead"}[ahead]
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			c := newCluster(t, 3) // trusted: in use for long
+			proxies, nodes := holderNodes(t, c)
+			holder := newLocker(t, nodes, nil)
+			lease := holdOnNodes01(t, c, proxies[2], holder, "k", 10*time.Second)
+			drain(t, holder)
+			c.servers[0].FlushAll()
+
+			opts := &redlock.Options{}
+			if ahead {
+				fake := clock.NewFakeFollowing(clock.System{}, time.Now().Add(time.Hour))
+				fake.SetRate(1)
+				opts.Clock = fake
+			}
+			caller := newLocker(t, c.nodes(nil), opts)
+			trusted, err := caller.TrustNewNodes(ctx)
+			require.NoError(t, err)
+			for i, h := range caller.Health() {
+				if i > 0 {
+					assert.Zero(t, h.QuarantineLeft, "node %d: whole, by Health's reading of Options.Clock", i)
+				}
+			}
+			assert.False(t, trusted, "nodes 1 and 2 are whole (Health says so); node 0 forgot a held lease")
+			requireNoSecondGrant(t, c, lease, "k", time.Second, nil)
+		})
+	}
+}
+
+// trustGate is a Node that runs before() ahead of every run of the trust
+// script (Locker.TrustNodes), so that a test can hold a trust back
+// between TrustNewNodes' decision and its write: the process paused, or
+// its packets to that node slow.
+type trustGate struct {
+	redlock.Node
+	before func()
+	after  func() // nil: nothing
+}
+
+func (g *trustGate) done() {
+	if g.after != nil {
+		g.after()
+	}
+}
+
+var trustSHA = func() string {
+	src, err := os.ReadFile("internal/guard/scripts/trust.lua")
+	if err != nil {
+		panic(err)
+	}
+	sum := sha1.Sum(src)
+	return hex.EncodeToString(sum[:])
+}()
+
+func (g *trustGate) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	if sha != trustSHA {
+		return g.Node.EvalSha(ctx, sha, keys, args...)
+	}
+	g.before()
+	defer g.done()
+	return g.Node.EvalSha(ctx, sha, keys, args...)
+}
+
+func (g *trustGate) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	if !strings.Contains(script, "Locker.TrustNodes: the memory of this server process is whole") {
+		return g.Node.Eval(ctx, script, keys, args...)
+	}
+	g.before()
+	defer g.done()
+	return g.Node.Eval(ctx, script, keys, args...)
+}
+
+// R1. The remedy in a QuorumError ("trust them once: redlock-admin ...
+// trust -yes") is offered where the round itself proves the deployment in
+// use: node 1 answered that the key is held (by a lease granted on nodes 0
+// and 1), and node 0 is quarantined because it restarted empty. Following
+// it grants the key a second time. The remedy should not be offered when
+// another node's vote counted and said the key is held.
+func TestQuarantineRemedyIsNotOfferedWhileALeaseIsHeld(t *testing.T) {
+	ctx := t.Context()
+	c := newCluster(t, 3)
+	proxies, nodes := holderNodes(t, c)
+	holder := newLocker(t, nodes, nil)
+	lease := holdOnNodes01(t, c, proxies[2], holder, "k", 10*time.Second)
+	drain(t, holder)
+	c.servers[0].FlushAll()
+
+	other := newLocker(t, c.nodes(nil), nil)
+	_, err := other.TryLock(ctx, "k", time.Second)
+	require.Error(t, err)
+	var qe *redlock.QuorumError
+	require.ErrorAs(t, err, &qe)
+	require.Equal(t, redlock.Taken, qe.Nodes[1].Outcome, "node 1: held by the first lease")
+	drain(t, other)
+	msg := err.Error()
+	if strings.Contains(msg, "trust -yes") {
+		// What the error says to do.
+		require.NoError(t, other.TrustNodes(ctx))
+		second, err2 := other.TryLock(ctx, "k", time.Second)
+		if err2 == nil {
+			_ = second.Unlock(ctx)
+		}
+		assert.Error(t, err2, "the remedy's trust lets nodes 0 and 2 grant k again while the first lease is valid (%v left)", lease.Validity())
+	}
+	assert.NotContains(t, msg, "trust -yes", "node 1 said the key is held: the deployment is in use, and node 0 forgot; the error offers the trust anyway: %s", msg)
+}
+
+// R2. The remedy names each node by its address alone. Nodes in a database
+// other than 0 (the node's name in the same error says "db 3") are reached
+// by the printed command in database 0: redlock-admin trusts database 0's
+// marker, reports success, and the Locker's nodes stay quarantined. The
+// command is run here as redlock-admin runs it (nodeflag.Options, one
+// redis.Client each, Locker.TrustNodes).
+func TestQuarantineRemedyNamesTheDatabase(t *testing.T) {
+	ctx := t.Context()
+	c := freshCluster(t, 3)
+	var nodes []redlock.Node
+	for _, m := range c.servers {
+		cl := redis.NewClient(&redis.Options{Addr: m.Addr(), DB: 3})
+		t.Cleanup(func() { cl.Close() })
+		nodes = append(nodes, cl)
+	}
+	l := newLocker(t, nodes, nil)
+	_, err := l.TryLock(ctx, "k", time.Second)
+	quarantined(t, err, memoryCause)
+	drain(t, l)
+	msg := err.Error()
+	require.Contains(t, msg, "db 3", "the node names say the database")
+	_, rest, ok := strings.Cut(msg, "redlock-admin -nodes ")
+	require.True(t, ok, "a remedy: %s", msg)
+	list, _, _ := strings.Cut(rest, " trust -yes")
+
+	options, err := nodeflag.Options(nodeflag.Split(list), nodeflag.TLSFiles{})
+	require.NoError(t, err, "the printed -nodes %q", list)
+	var admin []redlock.Node
+	for _, o := range options {
+		cl := redis.NewClient(o)
+		t.Cleanup(func() { cl.Close() })
+		admin = append(admin, cl)
+	}
+	require.NoError(t, newLocker(t, admin, nil).TrustNodes(ctx), "the printed command succeeds")
+
+	lease, err := l.TryLock(ctx, "k", time.Second)
+	require.NoError(t, err, "after the printed command, as the error promised; it trusted database 0 instead")
+	require.NoError(t, lease.Unlock(ctx))
+}
