@@ -217,8 +217,10 @@ func standings(m metric, rs ...*result) string {
 			sep := ", "
 			if i == 0 {
 				sep = " against "
-				if n > 1 {
-					sep = "; ahead of "
+				if n == 2 {
+					sep = "; both ahead of "
+				} else if n > 2 {
+					sep = "; all ahead of "
 				}
 			}
 			fmt.Fprintf(&b, "%s%s's %s (%s)", sep, r.Impl, m.show(m.value(r)), fmtLead(m.lead(best, r)))

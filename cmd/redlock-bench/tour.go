@@ -193,7 +193,11 @@ func runTour(ctx context.Context, base config, stdout, stderr io.Writer) error {
 // setting says how a scenario runs, and what differs from the README's
 // headline figure for it (readme), if it has one.
 func setting(cfg config, where, readme string) string {
-	s := fmt.Sprintf("%d clients on %d keys, %v per implementation", cfg.clients, cfg.keys, cfg.duration)
+	keys := fmt.Sprintf("%d keys", cfg.keys)
+	if cfg.keys == 1 {
+		keys = "one key"
+	}
+	s := fmt.Sprintf("%d clients on %s, %v per implementation", cfg.clients, keys, cfg.duration)
 	if cfg.rounds > 1 {
 		s += fmt.Sprintf(" in %d interleaved rounds", cfg.rounds)
 	}

@@ -187,7 +187,7 @@ func TestTourWordsFollowTheNumbers(t *testing.T) {
 			fakeResult("redsync", 0.4, 10*time.Second, 0),
 			fakeResult("redsync-failfast", 680, 5*time.Millisecond, 0),
 		},
-		want: []string{"redlock and redsync-failfast within noise on cycles/s: 700, 680 (1.03x apart", "; ahead of redsync's 0.4"},
+		want: []string{"redlock and redsync-failfast within noise on cycles/s: 700, 680 (1.03x apart", "; both ahead of redsync's 0.4"},
 		not:  []string{" won "},
 	}, {
 		name:     "plain redsync faster than fail-fast under load",
@@ -209,7 +209,7 @@ func TestTourWordsFollowTheNumbers(t *testing.T) {
 			fakeResult("redsync", 2278, time.Millisecond, 4000),
 			fakeResult("redsync-failfast", 2140, time.Millisecond, 4000),
 		},
-		want: []string{"redsync and redsync-failfast within noise on granted cycles/s: 2278, 2140 (1.06x apart", "ahead of redlock's 1000 (2.28x)",
+		want: []string{"redsync and redsync-failfast within noise on granted cycles/s: 2278, 2140 (1.06x apart", "; both ahead of redlock's 1000 (2.28x)",
 			"errors: redlock 1 (1 gave no reply within the timeout), raw none"},
 		not: []string{" won "},
 	}, {
