@@ -20,8 +20,10 @@ type result struct {
 	Contended  int64         `json:"contended"`
 	Errors     int64         `json:"errors"`
 	FirstError string        `json:"first_error,omitempty"`
-	Allocs     float64       `json:"allocs_per_cycle"`
-	Faults     []string      `json:"faults,omitempty"` // what -fault did, where the implementation reports it
+	// ErrorKinds counts the errors by kind (errorKind): what failed and why.
+	ErrorKinds map[string]int64 `json:"error_kinds,omitempty"`
+	Allocs     float64          `json:"allocs_per_cycle"`
+	Faults     []string         `json:"faults,omitempty"` // what -fault did, where the implementation reports it
 	// Events is the Observer's event counts by Op, for the observed
 	// implementations (redlock-events, redlock-slog, redlock-otel, ...).
 	Events map[string]int64 `json:"events,omitempty"`
@@ -51,6 +53,7 @@ func (r *result) merge(o *result) {
 	if r.FirstError == "" {
 		r.FirstError = o.FirstError
 	}
+	r.addKinds(o.ErrorKinds)
 	r.acquire.merge(o.acquire)
 	r.release.merge(o.release)
 	r.cycle.merge(o.cycle)
@@ -65,6 +68,16 @@ func (r *result) merge(o *result) {
 	r.Faults = append(r.Faults, o.Faults...)
 	if r.Cycles > 0 {
 		r.Allocs = float64(r.mallocs) / float64(r.Cycles)
+	}
+}
+
+// addKinds adds error counts by kind to r's.
+func (r *result) addKinds(kinds map[string]int64) {
+	for k, n := range kinds {
+		if r.ErrorKinds == nil {
+			r.ErrorKinds = map[string]int64{}
+		}
+		r.ErrorKinds[k] += n
 	}
 }
 
@@ -125,6 +138,7 @@ func bench(ctx context.Context, im *impl, cfg config, progress io.Writer) *resul
 			acq, rel, cyc, hand := newHist(), newHist(), newHist(), newHist()
 			var got, busy, errs int64
 			var firstErr error
+			kinds := map[string]int64{}
 			for i := c; !stop.Load() && runCtx.Err() == nil; i += cfg.clients {
 				if cfg.ops > 0 && started.Add(1) > int64(cfg.ops) {
 					break
@@ -156,6 +170,7 @@ func bench(ctx context.Context, im *impl, cfg config, progress io.Writer) *resul
 					busy++
 				default:
 					errs++
+					kinds[errorKind(err)]++
 					if firstErr == nil {
 						firstErr = err
 					}
@@ -171,6 +186,7 @@ func bench(ctx context.Context, im *impl, cfg config, progress io.Writer) *resul
 			res.Acquired += got
 			res.Contended += busy
 			res.Errors += errs
+			res.addKinds(kinds)
 			if firstErr != nil && res.FirstError == "" {
 				res.FirstError = firstErr.Error()
 			}

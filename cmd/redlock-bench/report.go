@@ -1,10 +1,22 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"net"
+	"slices"
+	"strings"
+	"syscall"
 	"time"
+
+	"github.com/go-redsync/redsync/v4"
+
+	"github.com/redlock/redlock/quorum"
+	"github.com/redlock/redlock/redlock"
 )
 
 var quantiles = []struct {
@@ -127,4 +139,212 @@ func writeJSON(w io.Writer, describe string, cfg config, rs []*result) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(rep)
+}
+
+// noiseRatio is the tour's noise rule: two implementations whose figures
+// differ by less than this ratio are said to be within noise, and neither
+// is named the winner. Why 1.10: on this project's shared 2-vCPU machine
+// one implementation run against itself differed by up to 5% in 2 s turns
+// (docs/performance.md), and in the tour's contention scenario redsync and
+// redsync-failfast, which send the same commands when no node fails,
+// differed by 6% (2,278 against 2,140 cycles/s). The tour's turns are
+// 0.5 to 3 s on a machine others share: twice the worst self-difference.
+const noiseRatio = 1.10
+
+// metric is a figure the tour ranks implementations by.
+type metric struct {
+	name   string
+	value  func(*result) float64
+	higher bool // a higher value is better
+	show   func(float64) string
+}
+
+var (
+	throughput = metric{"cycles/s", func(r *result) float64 { return r.rate() }, true, fmtRate}
+	cycleP50   = metric{"cycle p50", func(r *result) float64 { return float64(p50(r)) }, false,
+		func(v float64) string { return fmtDur(time.Duration(v)) }}
+)
+
+// lead is how many times better a is than b on m (at least 1 when a is
+// ahead).
+func (m metric) lead(a, b *result) float64 {
+	if m.higher {
+		return ratio(m.value(a), m.value(b))
+	}
+	return ratio(m.value(b), m.value(a))
+}
+
+// standings ranks rs on m and says who won and by how much, or which are
+// within noise of the best (noiseRatio). An implementation that completed
+// no cycle is said so, last.
+func standings(m metric, rs ...*result) string {
+	var ran, none []*result
+	for _, r := range rs {
+		if r.Acquired > 0 && m.value(r) > 0 {
+			ran = append(ran, r)
+		} else {
+			none = append(none, r)
+		}
+	}
+	slices.SortStableFunc(ran, func(a, b *result) int {
+		switch va, vb := m.value(a), m.value(b); {
+		case va == vb:
+			return 0
+		case (va > vb) == m.higher:
+			return -1
+		}
+		return 1
+	})
+	var b strings.Builder
+	if len(ran) == 0 {
+		b.WriteString("no implementation completed a cycle")
+	} else {
+		best, n := ran[0], 1
+		for n < len(ran) && m.lead(best, ran[n]) < noiseRatio {
+			n++
+		}
+		if n == 1 {
+			fmt.Fprintf(&b, "%s won on %s: %s", best.Impl, m.name, m.show(m.value(best)))
+		} else {
+			names, values := make([]string, n), make([]string, n)
+			for i, r := range ran[:n] {
+				names[i], values[i] = r.Impl, m.show(m.value(r))
+			}
+			fmt.Fprintf(&b, "%s within noise on %s: %s (%.2fx apart, under the %.2fx the tour counts as noise)",
+				joinAnd(names), m.name, strings.Join(values, ", "), m.lead(best, ran[n-1]), noiseRatio)
+		}
+		for i, r := range ran[n:] {
+			sep := ", "
+			if i == 0 {
+				sep = " against "
+				if n == 2 {
+					sep = "; both ahead of "
+				} else if n > 2 {
+					sep = "; all ahead of "
+				}
+			}
+			fmt.Fprintf(&b, "%s%s's %s (%s)", sep, r.Impl, m.show(m.value(r)), fmtLead(m.lead(best, r)))
+		}
+	}
+	for _, r := range none {
+		fmt.Fprintf(&b, "; %s completed no cycle", r.Impl)
+	}
+	return b.String()
+}
+
+func fmtLead(x float64) string {
+	if x >= 10 {
+		return fmt.Sprintf("%.0fx", x)
+	}
+	return fmt.Sprintf("%.2fx", x)
+}
+
+func fmtRate(v float64) string {
+	if v < 10 {
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.0f", v)
+}
+
+func joinAnd(s []string) string {
+	if len(s) < 2 {
+		return strings.Join(s, "")
+	}
+	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
+}
+
+// errorKind names what an error from a lock cycle was, from its value: the
+// operation and, for a round that won no majority, why its nodes did not
+// grant (a frozen node's timeout, another holder's value, a quarantine).
+// Kinds are few and stable, so that a run's errors can be counted by kind.
+func errorKind(err error) string {
+	var q *redlock.QuorumError
+	if errors.As(err, &q) {
+		var whys []string
+		for _, n := range q.Nodes {
+			why := ""
+			switch n.Outcome {
+			case redlock.Granted, redlock.Unanswered:
+				continue
+			case redlock.Failed:
+				why = errorCause(n.Err)
+			default:
+				why = n.Outcome.String()
+			}
+			if !slices.Contains(whys, why) {
+				whys = append(whys, why)
+			}
+		}
+		slices.Sort(whys)
+		kind := q.Op + " without a majority"
+		if q.Cause != nil && !errors.Is(q.Cause, redlock.ErrNotObtained) {
+			kind += " (" + errorCause(q.Cause) + ")"
+		}
+		if len(whys) > 0 {
+			kind += ": nodes " + strings.Join(whys, "; ")
+		}
+		return kind
+	}
+	switch {
+	case errors.Is(err, redlock.ErrNotHeld):
+		return "lock no longer held (its TTL ran out first)"
+	case errors.Is(err, redsync.ErrLockAlreadyExpired):
+		return "unlock: lock already expired"
+	}
+	return errorCause(err)
+}
+
+// errorCause is why one call failed, in a few words.
+func errorCause(err error) string {
+	var ne net.Error
+	switch {
+	case err == nil:
+		return "failed"
+	case errors.Is(err, redlock.ErrClientStalled):
+		return "late together (the client stalled)"
+	case errors.Is(err, quorum.ErrNoReply), errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "gave no reply within the timeout"
+	case errors.Is(err, redlock.ErrNodeQuarantined):
+		return "quarantined by the node guard"
+	case errors.Is(err, redlock.ErrNotReplicated):
+		return "not replicated in time"
+	case errors.Is(err, redlock.ErrNoPermission):
+		return "refused by an ACL"
+	case errors.Is(err, context.Canceled):
+		return "cancelled"
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
+		return "lost the connection"
+	}
+	s := err.Error()
+	if len(s) > 80 {
+		s = s[:77] + "..."
+	}
+	return s
+}
+
+// errorSummary counts each implementation's errors and says, by kind, what
+// they were: "none" where an implementation had none.
+func errorSummary(rs []*result) string {
+	if !slices.ContainsFunc(rs, func(r *result) bool { return r.Errors > 0 }) {
+		return "no errors in any implementation"
+	}
+	parts := make([]string, 0, len(rs))
+	for _, r := range rs {
+		if r.Errors == 0 {
+			parts = append(parts, r.Impl+" none")
+			continue
+		}
+		kinds := slices.SortedFunc(maps.Keys(r.ErrorKinds), func(a, b string) int {
+			if n, m := r.ErrorKinds[a], r.ErrorKinds[b]; n != m {
+				return int(m - n)
+			}
+			return strings.Compare(a, b)
+		})
+		var each []string
+		for _, k := range kinds {
+			each = append(each, fmt.Sprintf("%d %s", r.ErrorKinds[k], k))
+		}
+		parts = append(parts, fmt.Sprintf("%s %d (%s)", r.Impl, r.Errors, strings.Join(each, "; ")))
+	}
+	return "errors: " + strings.Join(parts, ", ")
 }

@@ -1,11 +1,18 @@
 package main
 
 import (
+	"math"
+	"net"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/redlock/redlock/quorum"
+	"github.com/redlock/redlock/redlock"
 )
 
 // shortTour makes the tour's scenarios short, for the test, and restores
@@ -110,5 +117,135 @@ func TestObservedImplsPrintEventCounts(t *testing.T) {
 	}
 	if strings.Contains(strings.Split(out, "\nredlock-events:")[0], "events:") {
 		t.Errorf("plain redlock prints events:\n%s", out)
+	}
+}
+
+// fakeResult is an implementation's result as the tour's words see it:
+// perSec cycles a second over 10 s, a cycle p50, refused attempts, errors.
+func fakeResult(impl string, perSec float64, p50 time.Duration, refused int64, errs ...error) *result {
+	r := &result{Impl: impl, Elapsed: 10 * time.Second, Acquired: int64(math.Round(perSec * 10)), Contended: refused, cycle: newHist()}
+	if r.Acquired > 0 {
+		r.cycle.record(p50)
+	}
+	for _, err := range errs {
+		r.Errors++
+		r.addKinds(map[string]int64{errorKind(err): 1})
+	}
+	return r
+}
+
+// tourStep is the tour's scenario whose title begins with prefix.
+func tourStep(t *testing.T, prefix string) scenario {
+	t.Helper()
+	i := slices.IndexFunc(tourScenarios, func(sc scenario) bool { return strings.HasPrefix(sc.title, prefix) })
+	if i < 0 {
+		t.Fatalf("no tour scenario %q", prefix)
+	}
+	return tourScenarios[i]
+}
+
+// The tour's words follow its numbers: fed contrary figures, each
+// conclusion names the winner the figures give, says "within noise" where
+// they are less than noiseRatio apart, and counts each implementation's
+// errors by kind, or says there were none.
+func TestTourWordsFollowTheNumbers(t *testing.T) {
+	frozen := &redlock.QuorumError{Op: "acquire", Key: "k", Need: 3, Granted: 2, Nodes: []redlock.NodeResult{
+		{Outcome: redlock.Granted}, {Outcome: redlock.Granted}, {Outcome: redlock.Taken},
+		{Outcome: redlock.Failed, Err: quorum.ErrNoReply}, {Outcome: redlock.Failed, Err: quorum.ErrNoReply},
+	}}
+	readTimeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	tests := []struct {
+		name, scenario string
+		results        []*result
+		want, not      []string
+	}{{
+		name:     "redsync-failfast faster on a frozen node",
+		scenario: "a frozen node",
+		results: []*result{
+			fakeResult("redlock", 344, 7500*time.Microsecond, 0, frozen, frozen, frozen, readTimeout),
+			fakeResult("redsync", 0.4, 10030*time.Millisecond, 0),
+			fakeResult("redsync-failfast", 710, 3060*time.Microsecond, 0),
+		},
+		want: []string{"redsync-failfast won on cycles/s: 710 against redlock's 344 (2.06x)", "redsync waited out a timeout",
+			"errors: redlock 4 (3 acquire without a majority: nodes gave no reply within the timeout; held by another value; 1 gave no reply within the timeout), redsync none, redsync-failfast none"},
+		not: []string{"keeps up", "redlock won", "within noise"},
+	}, {
+		name:     "this library faster on a frozen node",
+		scenario: "a frozen node",
+		results: []*result{
+			fakeResult("redlock", 1347, 700*time.Microsecond, 0),
+			fakeResult("redsync", 0.1, 10020*time.Millisecond, 0),
+			fakeResult("redsync-failfast", 943, 999*time.Microsecond, 0),
+		},
+		want: []string{"redlock won on cycles/s: 1347 against redsync-failfast's 943 (1.43x), redsync's 0.1 (13470x)", "no errors in any implementation"},
+		not:  []string{"redsync-failfast won", "errors:"},
+	}, {
+		name:     "within noise on a frozen node",
+		scenario: "a frozen node",
+		results: []*result{
+			fakeResult("redlock", 700, 5*time.Millisecond, 0),
+			fakeResult("redsync", 0.4, 10*time.Second, 0),
+			fakeResult("redsync-failfast", 680, 5*time.Millisecond, 0),
+		},
+		want: []string{"redlock and redsync-failfast within noise on cycles/s: 700, 680 (1.03x apart", "; both ahead of redsync's 0.4"},
+		not:  []string{" won "},
+	}, {
+		name:     "plain redsync faster than fail-fast under load",
+		scenario: "load",
+		results: []*result{
+			fakeResult("redlock", 1000, time.Millisecond, 0),
+			fakeResult("raw", 5000, time.Millisecond, 0),
+			fakeResult("redsync", 2278, time.Millisecond, 0),
+			fakeResult("redsync-failfast", 1400, time.Millisecond, 0),
+		},
+		want: []string{"redsync won on cycles/s: 2278 against redsync-failfast's 1400 (1.63x), redlock's 1000 (2.28x)"},
+		not:  []string{"faster mode", "redlock won"},
+	}, {
+		name:     "both redsyncs within noise, ahead of this library, under contention",
+		scenario: "contention",
+		results: []*result{
+			fakeResult("redlock", 1000, time.Millisecond, 3000, readTimeout),
+			fakeResult("raw", 5000, time.Millisecond, 9000),
+			fakeResult("redsync", 2278, time.Millisecond, 4000),
+			fakeResult("redsync-failfast", 2140, time.Millisecond, 4000),
+		},
+		want: []string{"redsync and redsync-failfast within noise on granted cycles/s: 2278, 2140 (1.06x apart", "; both ahead of redlock's 1000 (2.28x)",
+			"errors: redlock 1 (1 gave no reply within the timeout), raw none"},
+		not: []string{" won "},
+	}, {
+		name:     "redsync's p50 shorter in the zones",
+		scenario: "zones",
+		results: []*result{
+			fakeResult("redlock", 20, 204*time.Millisecond, 0),
+			fakeResult("raw", 70, 13*time.Millisecond, 0),
+			fakeResult("redsync", 70, 14*time.Millisecond, 0),
+		},
+		want: []string{"redsync won on cycle p50", "redlock's p50 is over the 50 ms node's 100ms round trip"},
+		not:  []string{"redlock won", "redlock's p50 is under"},
+	}, {
+		name:     "this library's p50 shorter in the zones",
+		scenario: "zones",
+		results: []*result{
+			fakeResult("redlock", 70, 14*time.Millisecond, 0),
+			fakeResult("raw", 70, 13*time.Millisecond, 0),
+			fakeResult("redsync", 5, 204*time.Millisecond, 0),
+		},
+		want: []string{"redlock won on cycle p50", "redlock's p50 is within noise of the floor's", "redsync's p50 is over the 50 ms node's", "redlock's p50 is under the 50 ms node's 100ms round trip: it decides without that node"},
+		not:  []string{"redsync won"},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tourStep(t, tt.scenario).conclusion(tt.results)
+			for _, w := range tt.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("no %q in:\n%s", w, got)
+				}
+			}
+			for _, n := range tt.not {
+				if strings.Contains(got, n) {
+					t.Errorf("%q in:\n%s", n, got)
+				}
+			}
+		})
 	}
 }
