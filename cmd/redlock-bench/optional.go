@@ -24,7 +24,7 @@ type optionalImpl struct {
 
 var (
 	etcdImpl = optionalImpl{"etcd", "the etcd comparison out (its server and gRPC take minutes to fetch and build)"}
-	otelImpl = optionalImpl{"otel", "the OpenTelemetry variants out (the SDK takes a while to fetch and build)"}
+	otelImpl = optionalImpl{"otel", "the OpenTelemetry variants out (its SDK would more than double the modules the tour fetches and builds)"}
 
 	optionalImpls = map[string]optionalImpl{"etcd": etcdImpl, "redlock-otel": otelImpl, "redlock-otel-1pct": otelImpl}
 )
