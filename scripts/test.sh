@@ -43,6 +43,9 @@ for m in $modules; do (cd "$m" && go mod tidy -diff); done
 stage "go vet"
 go vet ./...
 for m in $modules; do (cd "$m" && go vet ./...); done
+# The CLI's default build leaves the etcd comparison and the OpenTelemetry
+# variants out (cmd/redlock-bench/optional.go): vet them too.
+(cd cmd/redlock-bench && go vet -tags etcd,otel ./...)
 if [ "${REDLOCK_SKIP_INTEGRATION:-}" != 1 ]; then
 	# First, so that redis-server is installed for the CLI's -spawn test too.
 	stage "integration set-up: Docker and the server images"
@@ -54,8 +57,8 @@ go test -race -count=1 ./...
 # The coordinator has two transports: the auto-pipeline it gives *redis.Client
 # nodes by default, and a goroutine and pooled connection per call
 # (Options.NoAutoPipeline, and any other Node type). Test both.
-stage "the benchmark CLI: go test -race ./cmd/redlock-bench/ (its own module; etcd members as child processes)"
-(cd cmd/redlock-bench && go test -race -count=1 ./...)
+stage "the benchmark CLI: go test -race -tags etcd,otel ./cmd/redlock-bench/ (its own module; etcd members as child processes)"
+(cd cmd/redlock-bench && go test -race -count=1 -tags etcd,otel ./...)
 stage "the OpenTelemetry adapter: go test -race ./otel/ (its own module; in-memory SDK readers)"
 (cd otel && go test -race -count=1 ./...)
 stage "the coordinator again over its direct transport: REDLOCK_TEST_TRANSPORT=direct go test -race ./redlock/"

@@ -1,3 +1,5 @@
+//go:build etcd
+
 package main
 
 import (
@@ -33,9 +35,18 @@ import (
 // to be one), so that a fault can freeze one with SIGSTOP as it freezes a
 // redis-server: an in-process member could not be frozen apart from the
 // clients measuring it.
+//
+// Built with -tags etcd only (optional.go says why): etcd's server and its
+// gRPC are most of what a fresh machine would download and compile.
+
+func init() {
+	taggedImpls["etcd"] = newEtcd
+	childMains[etcdMemberEnv] = runEtcdMember
+}
 
 // etcdMemberEnv holds a member's spec (JSON) in a child process started by
-// startEtcd; main and TestMain hand such a process to runEtcdMember.
+// startEtcd; main and TestMain hand such a process to runEtcdMember
+// (childMains).
 const etcdMemberEnv = "REDLOCK_BENCH_ETCD_MEMBER"
 
 // etcdMemberSpec is what a child needs to start its member.

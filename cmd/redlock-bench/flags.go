@@ -144,8 +144,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.nodeTimeout, "node-timeout", 0, "redlock's per-node timeout (0: the library default, 50ms)")
 	fs.StringVar(&latency, "node-latency", "", "comma-separated one-way `delays`, one per node, through a delay proxy (e.g. 1ms,2ms,3ms,4ms,50ms)")
 	fs.StringVar(&faults, "fault", "", "faults to inject: `freeze:K@T[+D]`, stop:K@T or freeze-replica:K@T[+D], comma-separated (node K, at T, for D; freeze-replica freezes node K's -replicas, so that its WAITs run to their timeout; with -impl etcd alone K may be leader or follower)")
-	fs.StringVar(&impl, "impl", "all", "implementations: redlock, redlock-nowake, redlock-fenced, redlock-direct, redlock-wait, redlock-unguarded, redlock-events, redlock-slog, redlock-slog-info, redlock-otel, redlock-otel-1pct, redlock-pair, redlock-pair-seq, raw, redsync, redsync-failfast, etcd, or all (comma-separated; all is the first four)")
-	fs.IntVar(&c.etcdMembers, "etcd", 3, "-impl etcd: start an etcd cluster of `N` members (child processes on loopback)")
+	fs.StringVar(&impl, "impl", "all", "implementations: redlock, redlock-nowake, redlock-fenced, redlock-direct, redlock-wait, redlock-unguarded, redlock-events, redlock-slog, redlock-slog-info, redlock-otel, redlock-otel-1pct, redlock-pair, redlock-pair-seq, raw, redsync, redsync-failfast, etcd, or all (comma-separated; all is the first four); etcd needs a build with -tags etcd, redlock-otel and redlock-otel-1pct one with -tags otel (go run -tags etcd,otel ./cmd/redlock-bench)")
+	fs.IntVar(&c.etcdMembers, "etcd", 3, "-impl etcd (built with -tags etcd): start an etcd cluster of `N` members (child processes on loopback)")
 	fs.DurationVar(&c.etcdTimeout, "etcd-timeout", time.Second, "-impl etcd: the deadline of each attempt, release and session grant")
 	fs.BoolVar(&c.jsonOut, "json", false, "print results as JSON")
 	fs.StringVar(&c.plot, "plot", "", "write a latency CDF per implementation to this SVG `file`")
@@ -182,7 +182,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if c.impls, err = parseImpls(impl); err != nil {
 		return config{}, fmt.Errorf("-impl: %w", err)
 	}
-	return c, c.validate()
+	if err := c.validate(); err != nil {
+		return config{}, err
+	}
+	return c, checkBuilt(c.impls, args) // after validate: a flag's error is said in every build
 }
 
 func (c *config) nodeCount() int {

@@ -91,8 +91,12 @@ func newImpl(ctx context.Context, name string, d *deployment, cfg config) (*impl
 		return newRedsync(ctx, d, cfg, false), nil
 	case "redsync-failfast":
 		return newRedsync(ctx, d, cfg, true), nil
-	case "etcd":
-		return newEtcd(ctx, d, cfg)
+	}
+	if newTagged, ok := taggedImpls[name]; ok { // etcd (etcd.go)
+		return newTagged(ctx, d, cfg)
+	}
+	if err := checkBuilt([]string{name}, nil); err != nil {
+		return nil, err
 	}
 	return nil, fmt.Errorf("unknown implementation %q", name)
 }

@@ -98,7 +98,8 @@
 //	                   (every span sampled, or 1% of traces; dropped);
 //	                   each prints the run's event counts (and the
 //	                   OpenTelemetry ones its round trips, with the
-//	                   commands they carried) (not in all)
+//	                   commands they carried) (not in all; the
+//	                   OpenTelemetry ones built with -tags otel only)
 //	redlock-pair, redlock-pair-seq
 //	                   this library locking two keys a cycle (the key and
 //	                   KEY:pair): in one multi-key lease (TryLockMulti), or
@@ -115,7 +116,8 @@
 //	                   -etcd-timeout D bounds each attempt, release and
 //	                   session grant (1s); -fault freeze:leader@T+D (or
 //	                   follower) freezes the member that leads (or follows)
-//	                   when the fault begins (not in all; not with -mode do)
+//	                   when the fault begins (not in all; not with -mode do;
+//	                   built with -tags etcd only, as below)
 //
 // Output: a table per implementation (cycles/s, acquired/contended/error
 // counts, allocations per cycle, acquire/release/cycle latency percentiles
@@ -128,6 +130,15 @@
 // This command is a module of its own (cmd/redlock-bench/go.mod), so that
 // etcd, its gRPC and redsync stay out of the library's module graph; the
 // repository's go.work lets `go run ./cmd/redlock-bench` work from the root.
+// Its default build leaves out -impl etcd and the OpenTelemetry variants,
+// whose dependencies (etcd's server, gRPC, the OpenTelemetry SDK) would
+// take a fresh machine minutes to fetch and compile before the tour could
+// start; asked for one, it says so and how to get it. Build tags bring them
+// in:
+//
+//	go run -tags etcd ./cmd/redlock-bench -impl redlock,etcd
+//	go run -tags otel ./cmd/redlock-bench -impl redlock,redlock-otel
+//	go build -tags etcd,otel ./cmd/redlock-bench    # every implementation
 package main
 
 import (
@@ -147,9 +158,7 @@ import (
 )
 
 func main() {
-	if spec := os.Getenv(etcdMemberEnv); spec != "" { // a member started by -impl etcd
-		os.Exit(runEtcdMember(spec))
-	}
+	runChild() // a member started by -impl etcd does not return
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
@@ -159,6 +168,16 @@ func main() {
 			fmt.Fprintln(os.Stderr, "redlock-bench:", err)
 		}
 		os.Exit(2)
+	}
+}
+
+// runChild runs this program as the child process the environment asks
+// for (childMains), if it asks for one, and exits with its status.
+func runChild() {
+	for env, child := range childMains {
+		if spec := os.Getenv(env); spec != "" {
+			os.Exit(child(spec))
+		}
 	}
 }
 

@@ -1,17 +1,12 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 	"sync/atomic"
 
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-
-	redlockotel "github.com/redlock/redlock/otel"
 	"github.com/redlock/redlock/redlock"
 )
 
@@ -109,8 +104,7 @@ func (c *eventCounter) snapshot() map[string]int64 {
 }
 
 // observerFor returns the Observer of an observed implementation, wrapped in
-// the counter. Its providers need no shutdown: a manual reader and a
-// processor that drops run no goroutine.
+// the counter.
 func observerFor(name string) (*eventCounter, error) {
 	c := &eventCounter{}
 	switch name {
@@ -123,31 +117,15 @@ func observerFor(name string) (*eventCounter, error) {
 		}
 		c.next = redlock.NewLogObserver(slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: level})))
 		return c, nil
-	case "redlock-otel", "redlock-otel-1pct":
-		sampler := sdktrace.AlwaysSample()
-		if name == "redlock-otel-1pct" {
-			sampler = sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.01))
-		}
-		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-		tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithSpanProcessor(dropSpans{}))
-		o, err := redlockotel.New(redlockotel.WithMeterProvider(mp), redlockotel.WithTracerProvider(tp))
-		if err != nil {
+	}
+	if setUp, ok := taggedObservers[name]; ok { // the OpenTelemetry variants (observe_otel.go)
+		if err := setUp(c); err != nil {
 			return nil, err
 		}
-		c.next, c.tripsTo, c.flush = o, o, o.Flush
 		return c, nil
 	}
 	return nil, fmt.Errorf("unknown observed implementation %q", name)
 }
-
-// dropSpans receives every ended span, as an exporter's processor would,
-// and keeps none.
-type dropSpans struct{}
-
-func (dropSpans) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
-func (dropSpans) OnEnd(sdktrace.ReadOnlySpan)                     {}
-func (dropSpans) Shutdown(context.Context) error                  { return nil }
-func (dropSpans) ForceFlush(context.Context) error                { return nil }
 
 // formatEvents is the event counts of a run, in Ops() order.
 func formatEvents(counts map[string]int64) string {
