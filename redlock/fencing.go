@@ -95,11 +95,14 @@ func parseFenced(cmd *redis.Cmd) (Outcome, uint64, error) {
 // Phase 2 exists to leave a majority of nodes with a counter at least t.
 // Where the phase-1 replies that granted before the decision already show
 // t on a majority of the nodes, that holds without phase 2 (a counter
-// only grows: once at least t, always at least t), and it is skipped: the
-// fast path. Order and uniqueness rest on nothing else (see above). In a
-// steady deployment every node increments in step and a fenced
-// acquisition costs one round trip; after a node missed increments, one
-// phase 2 brings it back in step. phase2 reports whether it ran.
+// only grows: once at least t, always at least t), and the acquisition
+// does not wait for it: the fast path. Order and uniqueness rest on
+// nothing else (see above). In a steady deployment every node increments
+// in step and a fenced acquisition costs one round trip; after a node
+// missed increments, one phase 2 brings it back in step. Phase 2 also
+// records the token on the nodes (see fence.lua), so it is sent on the
+// fast path too, without waiting for it. phase2 reports whether the
+// acquisition waited for it.
 func (l *Locker) fence(ctx context.Context, req request, value string, c1 wire.Command, phase1 *quorum.Round[Outcome], tally quorum.Tally[Outcome], counters []uint64, until time.Time, timing *latencies) (token uint64, tokens []uint64, phase2 bool, err error) {
 	width := max(len(req.multi), 1) // keys: each has its counter and token
 	var one [1]uint64               // t of a single key, without allocating
@@ -132,14 +135,9 @@ func (l *Locker) fence(ctx context.Context, req request, value string, c1 wire.C
 		}
 		lagging = lagging || atT < tally.Need
 	}
-	switch phase2Mode.Load() {
-	case phase2Always:
-	case phase2Never:
+	mode := phase2Mode.Load()
+	if mode == phase2Never {
 		return token, tokens, false, nil
-	default:
-		if !lagging {
-			return token, tokens, false, nil
-		}
 	}
 	// Phase 2 goes to the nodes that granted phase 1. A pipelined node whose
 	// phase-1 reply is still outstanding gets it too, queued behind phase 1:
@@ -155,7 +153,17 @@ func (l *Locker) fence(ctx context.Context, req request, value string, c1 wire.C
 		}
 		return nil
 	}
-	c := phase2Command(req, value, ts)
+	c := phase2Command(req, value, ts, token, tokens)
+	if !lagging && mode != phase2Always {
+		// The fast path: t is on a majority already, so the acquisition
+		// does not wait for phase 2. It is sent all the same, unawaited: it
+		// records the token beside the counter, so that Inspect shows the
+		// token this lease's Token reports (which node's label it carries
+		// only this decision knows), and brings a granting node whose
+		// counter lags up to t. The caller's cancellation does not stop it.
+		l.fanOut(context.WithoutCancel(ctx), fan{after: phase1, skip: notGranted, timeout: l.opts.NodeTimeout}, c, readScript)
+		return token, tokens, false, nil
+	}
 	var timing2 *latencies
 	if timing != nil {
 		timing2 = l.timing()

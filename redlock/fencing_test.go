@@ -236,12 +236,13 @@ func scriptParts(cmd redis.Cmder) (keys []string, argv []any, ok bool) {
 }
 
 // isPhase2Script tells the fencing phase-2 scripts (one key's or a
-// multi-key lease's: its keys, then as many fencing counters; the value
-// and then each counter's target, sent as strings) from phase 1 (the TTL
-// sent as a number) and the rest (no counters among the keys).
+// multi-key lease's: its keys, then as many fencing counters and token
+// records; the value, then each counter's target and each key's token,
+// sent as strings) from phase 1 (the TTL sent as a number) and the rest
+// (no counters among the keys).
 func isPhase2Script(keys []string, argv []any) bool {
-	n := len(keys)
-	if n < 2 || n%2 != 0 || !strings.HasSuffix(keys[n/2], ":fencing") || len(argv) != n/2+1 {
+	n := len(keys) / 3
+	if n < 1 || len(keys) != 3*n || !strings.HasSuffix(keys[n], ":fencing") || !strings.HasSuffix(keys[2*n], ":fencing-token") || len(argv) != 1+2*n {
 		return false
 	}
 	_, ok := argv[1].(string)
@@ -736,4 +737,42 @@ func TestFencedAcquisitionsTakeOneRoundTripWhenCountersAgree(t *testing.T) {
 	assert.Equal(t, redlock.FencedInTwoRoundTrips, acquire(lostReply),
 		"nodes 3 and 4 lag, node 2's reply is lost: every majority that decides holds a lagging node")
 	assert.Equal(t, redlock.FencedInOneRoundTrip, acquire(healthy), "back in step")
+}
+
+// The schedule tests lose and delay phase 2 by recognizing its scripts
+// (isPhase2Script): phase 2 of a one-key lease and of a multi-key lease
+// (the scripts that write token records) must both be recognized, and
+// nothing else, or those faults would silently stop being injected.
+func TestScheduleFaultsRecognizePhaseTwo(t *testing.T) {
+	defer redlock.FencingPhase2("always")()
+	c := newCluster(t, 3)
+	var mu sync.Mutex
+	recognized := map[int]int{} // phase 2's scripts recognized, by the lease's key count
+	l := newLocker(t, c.nodes(func(_ int, n redlock.Node) redlock.Node {
+		return &hookNode{Node: n, beforeScript: func(_ context.Context, keys []string, args []any) error {
+			if strings.HasPrefix(keys[0], "redlock:memory") {
+				return nil // the guard's
+			}
+			records := slices.ContainsFunc(keys, func(k string) bool { return strings.HasSuffix(k, ":fencing-token") })
+			mu.Lock()
+			defer mu.Unlock()
+			if got := isPhase2Script(keys, args); got != records {
+				t.Errorf("isPhase2Script(%q, %v) = %v", keys, args, got)
+			} else if got {
+				recognized[len(keys)/3]++
+			}
+			return nil
+		}}
+	}), &redlock.Options{Fencing: true})
+	one, err := l.TryLock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	multi, err := l.TryLockMulti(t.Context(), []string{"a", "b"}, time.Minute)
+	require.NoError(t, err)
+	drain(t, l)
+	require.NoError(t, one.Unlock(t.Context()))
+	require.NoError(t, multi.Unlock(t.Context()))
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Positive(t, recognized[1], "phase 2 of a one-key lease")
+	assert.Positive(t, recognized[2], "phase 2 of a two-key lease")
 }

@@ -27,6 +27,13 @@ type Inspection struct {
 	// owner label (OwnerOf), "" for a Locker without Options.Owner.
 	Holder string
 	Owner  string
+	// Token is the holder's fencing token, the one its Lease.Token reports
+	// (with Options.Fencing): t<<8 | the label of the node whose counter
+	// gave t, which the holder's acquisition recorded on the nodes that
+	// granted it. 0 without a Holder, for a lease without fencing, and
+	// while the record has not reached a node yet (it is sent just after
+	// the acquisition is decided).
+	Token uint64
 	// HeldFor is how long a majority keeps Holder's value without another
 	// extension, as the nodes count it: the smallest TTL among the majority
 	// whose keys last longest. Negative where a majority's keys have no
@@ -51,6 +58,9 @@ type NodeHolding struct {
 	// tokens of the key's next fenced acquisitions are built on a counter
 	// above the largest on a majority (see Options.Fencing).
 	Counter uint64
+	// Token is the fencing token recorded on the node for the value it
+	// holds (0: none): the token its holder's Lease.Token reports.
+	Token uint64
 	// Revoked is a value Revoke deleted on the node whose tombstone is
 	// still there (the latest, where it keeps several): its holder's next
 	// extension is refused.
@@ -89,7 +99,8 @@ func (l *Locker) Inspect(ctx context.Context, key string) (Inspection, error) {
 	}
 	keys := []string{key}
 	if counter, tomb, err := auxiliaryKeys(key); err == nil {
-		keys = append(keys, counter, tomb)
+		record, _ := tokenRecordKey(key) // as the others: the key takes a hash tag
+		keys = append(keys, counter, tomb, record)
 	}
 	// Guarded, so that the node guard examines each node as it reads it:
 	// a Locker that has sent nothing yet (the operator command's) learns
@@ -111,6 +122,9 @@ func (l *Locker) Inspect(ctx context.Context, key string) (Inspection, error) {
 		} else {
 			f := found[i]
 			n.Held, n.Value, n.Owner, n.TTL, n.Counter, n.Revoked = f.held, f.value, OwnerOf(f.value), f.ttl, f.counter, f.revoked
+			if f.held && f.recordedFor == f.value {
+				n.Token = f.token
+			}
 		}
 		in.Nodes[i] = n
 	}
@@ -119,6 +133,12 @@ func (l *Locker) Inspect(ctx context.Context, key string) (Inspection, error) {
 	}
 	in.Holder, in.HeldFor = majorityHolder(in.Nodes, tally.Need)
 	in.Owner = OwnerOf(in.Holder)
+	for _, n := range in.Nodes {
+		if in.Holder != "" && n.Value == in.Holder && n.Token != 0 {
+			in.Token = n.Token // one acquisition records one token
+			break
+		}
+	}
 	return in, nil
 }
 
@@ -164,6 +184,10 @@ type holding struct {
 	ttl     time.Duration
 	counter uint64
 	revoked string
+	// token and recordedFor: the token record, and the value it was
+	// recorded for
+	token       uint64
+	recordedFor string
 }
 
 // readInspect reads the inspect script's reply into b.found[i].
@@ -172,7 +196,7 @@ func readInspect(b *ballot, i int, cmd *redis.Cmd) (Outcome, error) {
 	if err != nil {
 		return Failed, err
 	}
-	if len(r) != 4 {
+	if len(r) != 5 {
 		return Failed, fmt.Errorf("redlock: unexpected inspect reply %v", r)
 	}
 	var h holding
@@ -196,6 +220,13 @@ func readInspect(b *ballot, i int, cmd *redis.Cmd) (Outcome, error) {
 	if revoked, ok := r[3].(string); ok {
 		// the latest of the values revoked, one a line (see revoke.lua)
 		h.revoked = revoked[strings.LastIndexByte(revoked, '\n')+1:]
+	}
+	if record, ok := r[4].(string); ok {
+		tok, value, found := strings.Cut(record, " ")
+		if h.token, err = strconv.ParseUint(tok, 10, 64); err != nil || !found {
+			return Failed, fmt.Errorf("redlock: the key's fencing token record on the node is not a token and a value: %q", record)
+		}
+		h.recordedFor = value
 	}
 	b.found[i] = h
 	if !h.held {

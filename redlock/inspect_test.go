@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -439,4 +440,102 @@ func TestRevokedMultiKeyLeaseStaysRevokedAfterTheNextHolderIsRevoked(t *testing.
 	require.Empty(t, c.holding("a", revoked.Value()))
 	require.ErrorIs(t, revoked.Check(ctx), redlock.ErrNotHeld)
 	require.ErrorIs(t, next.Check(ctx), redlock.ErrNotHeld)
+}
+
+// Inspect shows the holder's fencing token as the holder's Lease.Token
+// reports it, not a figure to work it out from: which node's label a token
+// carries only the acquiring client's decision knows, and a node that
+// granted after the decision may hold a higher counter than the token's.
+// Here node 4 answers late with a counter far ahead of the others', on
+// the fast path (the deciding nodes' counters agree) and on the path that
+// waits for phase 2 (they do not), for one key and a multi-key lease.
+func TestInspectShowsTheTokenTheHolderSees(t *testing.T) {
+	ctx := t.Context()
+	c := newCluster(t, 5)
+	rec := &recorder{}
+	l := newLocker(t, c.nodes(func(i int, n redlock.Node) redlock.Node {
+		return &hookNode{Node: n, beforeScript: func(ctx context.Context, keys []string, args []any) error {
+			if i == 4 && len(keys) >= 2 && strings.HasSuffix(keys[len(keys)-1], ":fencing") { // phase 1
+				select {
+				case <-time.After(150 * time.Millisecond):
+				case <-ctx.Done():
+				}
+			}
+			return nil
+		}}
+	}), &redlock.Options{Fencing: true, NodeTimeout: time.Second, Observer: rec})
+	setCounters := func(key string, counters ...int) {
+		for i, m := range c.servers {
+			require.NoError(t, m.Set("{"+key+"}:fencing", strconv.Itoa(counters[i])))
+		}
+	}
+	inspectToken := func(key string) (token, highest uint64) {
+		t.Helper()
+		drain(t, l) // the late node's grant and the record
+		in, err := l.Inspect(ctx, key)
+		require.NoError(t, err)
+		for i, n := range in.Nodes {
+			require.NoError(t, n.Err, "node %d", i)
+			if n.Held && n.Value == in.Holder {
+				highest = max(highest, n.Counter)
+				assert.Equal(t, in.Token, n.Token, "node %d records the holder's token", i)
+			}
+		}
+		return in.Token, highest
+	}
+
+	for _, tc := range []struct {
+		name     string
+		counters []int
+		detail   string
+	}{
+		{"counters agree", []int{59, 59, 59, 59, 100}, redlock.FencedInOneRoundTrip},
+		{"counters apart", []int{50, 50, 70, 50, 100}, redlock.FencedInTwoRoundTrips},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			setCounters("k", tc.counters...)
+			rec.reset()
+			lease, err := l.TryLock(ctx, "k", time.Minute)
+			require.NoError(t, err)
+			assert.Equal(t, tc.detail, rec.one(t, redlock.OpAcquire).Detail)
+			token, highest := inspectToken("k")
+			assert.Equal(t, lease.Token(), token, "Inspect's token is the holder's")
+			assert.Equal(t, uint64(101), highest, "node 4 granted late with its own counter")
+			assert.NotEqual(t, highest, lease.Token()>>8, "the highest counter among the holding nodes is not the token's: reading counters cannot give the token")
+			require.NoError(t, lease.Unlock(ctx))
+		})
+	}
+
+	t.Run("multi-key lease", func(t *testing.T) {
+		setCounters("a", 59, 59, 59, 59, 100)
+		setCounters("b", 50, 50, 70, 50, 100)
+		lease, err := l.TryLockMulti(ctx, []string{"a", "b"}, time.Minute)
+		require.NoError(t, err)
+		for _, key := range []string{"a", "b"} {
+			token, _ := inspectToken(key)
+			assert.Equal(t, lease.TokenOf(key), token, "key %q", key)
+			assert.NotZero(t, token, "key %q", key)
+		}
+		require.NoError(t, lease.Unlock(ctx))
+	})
+
+	t.Run("after the release", func(t *testing.T) {
+		lease, err := l.TryLock(ctx, "k", time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, lease.Unlock(ctx))
+		token, _ := inspectToken("k")
+		assert.Zero(t, token, "no holder, no token: the record of a released lease is not shown")
+	})
+
+	// The control: without the record (phase 2 never sent), Inspect has
+	// no token to show.
+	t.Run("without the record", func(t *testing.T) {
+		defer redlock.FencingPhase2("never")()
+		setCounters("k", 59, 59, 59, 59, 100)
+		lease, err := l.TryLock(ctx, "k", time.Minute)
+		require.NoError(t, err)
+		token, _ := inspectToken("k")
+		assert.Zero(t, token, "no phase 2, no record: the token %d is nowhere on the nodes", lease.Token())
+		require.NoError(t, lease.Unlock(ctx))
+	})
 }

@@ -396,17 +396,27 @@ func (l *Lease) name() string {
 }
 
 // phase2Command is fencing phase 2 for req: the counters of its key (or
-// keys) raised to ts while the lease holds them.
-func phase2Command(req request, value string, ts []uint64) wire.Command {
+// keys) raised to ts while the lease holds them, and the lease's token (or
+// a multi-key lease's tokens, one per key) recorded beside them.
+func phase2Command(req request, value string, ts []uint64, token uint64, tokens []uint64) wire.Command {
 	if req.multi == nil {
-		return wire.ScriptCommand(fenceScript, []string{req.key, req.counter}, value, strconv.FormatUint(ts[0], 10)).Of(value, wire.RoleFences).Replicated()
+		record, _ := tokenRecordKey(req.key) // the counter's key was made: the key takes a hash tag
+		return wire.ScriptCommand(fenceScript, []string{req.key, req.counter, record}, value, strconv.FormatUint(ts[0], 10), strconv.FormatUint(token, 10)).Of(value, wire.RoleFences).Replicated()
 	}
-	argv := make([]any, 0, 1+len(ts))
+	n := len(req.multi)
+	keys := make([]string, 0, 3*n)
+	keys = append(append(keys, req.multi...), req.counters...)
+	argv := make([]any, 0, 1+2*n)
 	argv = append(argv, value)
 	for _, t := range ts {
 		argv = append(argv, strconv.FormatUint(t, 10))
 	}
-	c := wire.ScriptCommand(fenceMultiScript, append(slices.Clip(req.multi), req.counters...), argv...).Of(value, wire.RoleFences).Replicated()
-	c = c.Across(len(req.multi))
+	for i, k := range req.multi {
+		record, _ := tokenRecordKey(k)
+		keys = append(keys, record)
+		argv = append(argv, strconv.FormatUint(tokens[i], 10))
+	}
+	c := wire.ScriptCommand(fenceMultiScript, keys, argv...).Of(value, wire.RoleFences).Replicated()
+	c = c.Across(n)
 	return c
 }

@@ -22,6 +22,9 @@ import (
 //
 //   - key+":fencing": a lock's fencing counter (Options.Fencing), kept for
 //     good.
+//   - key+":fencing-token": the token of the lock's latest fenced
+//     acquisition, with its value ("token value"), which Inspect shows as
+//     the holder's Lease.Token; kept for good, as the counter is.
 //   - key+":redlock-revoked": a lock's revocation tombstone (Revoke), for
 //     as long as the key had left.
 //   - key+":redlock-waiters": the line of Lockers waiting for a lock
@@ -37,6 +40,7 @@ import (
 // the key's hash slot.
 const (
 	counterSuffix   = ":fencing"
+	tokenSuffix     = ":fencing-token"
 	tombstoneSuffix = ":redlock-revoked"
 )
 
@@ -44,6 +48,7 @@ const (
 // each name is, for checkKey's error.
 var besideKeys = []struct{ suffix, what string }{
 	{counterSuffix, "the fencing counter of lock %q"},
+	{tokenSuffix, "the fencing token record of lock %q"},
 	{tombstoneSuffix, "the revocation tombstone of lock %q"},
 	{notice.LineSuffix, "the line of Lockers waiting for lock %q"},
 	{notice.Suffix, "the release channel of lock %q"},
@@ -105,6 +110,10 @@ func counterKey(key string) (string, error) {
 	}
 	return k, nil
 }
+
+// tokenRecordKey returns the key where key's latest fenced acquisition
+// records its token (see fence.lua), in key's hash slot.
+func tokenRecordKey(key string) (string, error) { return hashtag.Beside(key, tokenSuffix) }
 
 // tombstoneKey returns the key of key's revocation tombstone, in key's hash
 // slot.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -139,6 +140,7 @@ type inspection struct {
 	Key       string    `json:"key"`
 	Holder    string    `json:"holder,omitempty"`
 	Owner     string    `json:"owner,omitempty"`
+	Token     uint64    `json:"token,omitempty"`
 	HeldForMs float64   `json:"held_for_ms"`
 	Nodes     []holding `json:"nodes"`
 }
@@ -151,6 +153,7 @@ type holding struct {
 	Owner            string  `json:"owner,omitempty"`
 	TTLms            float64 `json:"ttl_ms"`
 	Counter          uint64  `json:"fencing_counter"`
+	Token            uint64  `json:"token,omitempty"`
 	Revoked          string  `json:"revoked,omitempty"`
 	QuarantineLeftMs float64 `json:"quarantine_left_ms"`
 	QuarantineCause  string  `json:"quarantine_cause,omitempty"`
@@ -158,17 +161,17 @@ type holding struct {
 }
 
 func toInspection(in redlock.Inspection) inspection {
-	out := inspection{Key: in.Key, Holder: in.Holder, Owner: in.Owner, HeldForMs: ms(in.HeldFor), Nodes: []holding{}}
+	out := inspection{Key: in.Key, Holder: in.Holder, Owner: in.Owner, Token: in.Token, HeldForMs: ms(in.HeldFor), Nodes: []holding{}}
 	for _, n := range in.Nodes {
 		out.Nodes = append(out.Nodes, holding{Node: n.Node, Name: n.Name, Held: n.Held, Value: n.Value, Owner: n.Owner, TTLms: ms(n.TTL),
-			Counter: n.Counter, Revoked: n.Revoked, QuarantineLeftMs: ms(n.QuarantineLeft), QuarantineCause: n.QuarantineCause, Error: errText(n.Err)})
+			Counter: n.Counter, Token: n.Token, Revoked: n.Revoked, QuarantineLeftMs: ms(n.QuarantineLeft), QuarantineCause: n.QuarantineCause, Error: errText(n.Err)})
 	}
 	return out
 }
 
 // printInspection writes the inspection's table.
 func printInspection(tw *tabwriter.Writer, in redlock.Inspection) {
-	fmt.Fprintln(tw, "NODE\tHELD\tOWNER\tVALUE\tTTL\tFENCING\tREVOKED\tQUARANTINE\tERROR")
+	fmt.Fprintln(tw, "NODE\tHELD\tOWNER\tVALUE\tTTL\tTOKEN\tCOUNTER\tREVOKED\tQUARANTINE\tERROR")
 	for _, n := range in.Nodes {
 		held := "no"
 		if n.Held {
@@ -177,12 +180,8 @@ func printInspection(tw *tabwriter.Writer, in redlock.Inspection) {
 		if n.Err != nil {
 			held = "?"
 		}
-		counter := "-"
-		if n.Counter > 0 {
-			counter = fmt.Sprint(n.Counter)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, held, orDash(n.Owner), orDash(n.Value), ttlText(n.Held, n.TTL),
-			counter, orDash(n.Revoked), quarantineText(n.QuarantineLeft), orDash(errText(n.Err)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, held, orDash(n.Owner), orDash(n.Value), ttlText(n.Held, n.TTL),
+			numberOrDash(n.Token), numberOrDash(n.Counter), orDash(n.Revoked), quarantineText(n.QuarantineLeft), orDash(errText(n.Err)))
 	}
 	switch {
 	case in.Holder == "":
@@ -192,6 +191,18 @@ func printInspection(tw *tabwriter.Writer, in redlock.Inspection) {
 	default:
 		fmt.Fprintf(tw, "\n%s: held by %s on a majority for %v more, unless extended\n", in.Key, holderName(in), in.HeldFor.Round(time.Millisecond))
 	}
+	if in.Token != 0 {
+		fmt.Fprintf(tw, "%s: the holder's fencing token is %d, as its Lease.Token() says (counter %d, node label %d: token = counter<<8 | label)\n",
+			in.Key, in.Token, in.Token>>8, in.Token&0xff)
+	}
+}
+
+// numberOrDash is n, or "-" for 0 (none).
+func numberOrDash(n uint64) string {
+	if n == 0 {
+		return "-"
+	}
+	return strconv.FormatUint(n, 10)
 }
 
 func holderName(in redlock.Inspection) string {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -73,6 +74,56 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// inspect shows the holder's fencing token as its Lease.Token reports it,
+// the node's label and all, beside each node's counter: here the lowest
+// counter is on the node whose address sorts first (label 0), so any
+// majority's token carries another node's label and differs from every
+// counter.
+func TestInspectShowsTheTokenTheHolderSees(t *testing.T) {
+	ctx := t.Context()
+	nodes, servers, _ := deployment(t, 3, "")
+	addrs := strings.Split(nodes, ",")
+	var clients []redlock.Node
+	first := 0
+	for i, a := range addrs {
+		clients = append(clients, redis.NewClient(&redis.Options{Addr: a}))
+		if a < addrs[first] {
+			first = i
+		}
+	}
+	app, err := redlock.New(clients, &redlock.Options{Fencing: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = app.Drain(context.Background()) })
+	for i, m := range servers {
+		counter := "59"
+		if i == first {
+			counter = "10"
+		}
+		require.NoError(t, m.Set("{orders:42}:fencing", counter))
+	}
+	lease, err := app.TryLock(ctx, "orders:42", 30*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, app.Drain(ctx))
+	token, label := lease.Token(), lease.Token()&0xff
+	require.Equal(t, uint64(60), token>>8, "token %d", token)
+	require.NotZero(t, label, "token %d: the counter 60 came from a node labelled 1 or 2", token)
+
+	code, out, errOut := admin(t, "-nodes", nodes, "inspect", "orders:42")
+	require.Equal(t, 0, code, errOut)
+	assert.Regexp(t, fmt.Sprintf(`(?m)^(node \d \(\S+\) +yes +- +%s +30s +%d +60 .*\n){3}`, lease.Value(), token), out)
+	assert.Contains(t, out, fmt.Sprintf("orders:42: the holder's fencing token is %d, as its Lease.Token() says (counter 60, node label %d: token = counter<<8 | label)", token, label))
+
+	code, out, _ = admin(t, "-nodes", nodes, "-json", "inspect", "orders:42")
+	require.Equal(t, 0, code)
+	var in inspection
+	require.NoError(t, json.Unmarshal([]byte(out), &in), out)
+	assert.Equal(t, token, in.Token)
+	for i, n := range in.Nodes {
+		assert.Equal(t, token, n.Token, "node %d", i)
+		assert.Equal(t, uint64(60), n.Counter, "node %d: raised by phase 2", i)
+	}
+}
+
 func TestInspectAndRevoke(t *testing.T) {
 	ctx := t.Context()
 	nodes, servers, app := deployment(t, 3, "web-3:812")
@@ -82,7 +133,7 @@ func TestInspectAndRevoke(t *testing.T) {
 
 	code, out, errOut := admin(t, "-nodes", nodes, "inspect", "orders:42")
 	require.Equal(t, 0, code, errOut)
-	assert.Regexp(t, `(?m)^NODE +HELD +OWNER +VALUE +TTL +FENCING +REVOKED +QUARANTINE +ERROR$`, out)
+	assert.Regexp(t, `(?m)^NODE +HELD +OWNER +VALUE +TTL +TOKEN +COUNTER +REVOKED +QUARANTINE +ERROR$`, out)
 	assert.Equal(t, 3, strings.Count(out, "yes   web-3:812  "+lease.Value()), out)
 	assert.Contains(t, out, `orders:42: held by "web-3:812" (value `+lease.Value()+`) on a majority for `)
 

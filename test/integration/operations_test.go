@@ -17,7 +17,7 @@ import (
 
 // The operator's view on real servers: Inspect names the holder of a lease
 // under Do, its owner, the time left by the servers' own clocks and the
-// fencing counters, and a frozen node by its error; Revoke deletes the key
+// fencing counters and the holder's token, and a frozen node by its error; Revoke deletes the key
 // everywhere, the holder's next extension finds the tombstone, Do cancels
 // its work with ErrLost, and the next holder's token is higher. The
 // negative control deletes the keys with DEL on every node, as an operator
@@ -45,10 +45,12 @@ func TestInspectAndRevokeADo(t *testing.T) {
 				assert.Equal(t, "app-1", in.Owner)
 				assert.Positive(t, in.HeldFor)
 				assert.LessOrEqual(t, in.HeldFor, ttl)
+				assert.Equal(t, token, in.Token, "Inspect shows the token the holder's Lease.Token reports")
 				for _, n := range in.Nodes {
 					assert.NoError(t, n.Err, n.Name)
 					assert.True(t, n.Held, n.Name)
 					assert.Positive(t, n.Counter, n.Name)
+					assert.Equal(t, token, n.Token, n.Name)
 				}
 
 				// One node frozen: it is named; the others are read.
