@@ -478,7 +478,9 @@ func TestInspectShowsTheTokenTheHolderSees(t *testing.T) {
 			require.NoError(t, n.Err, "node %d", i)
 			if n.Held && n.Value == in.Holder {
 				highest = max(highest, n.Counter)
-				assert.Equal(t, in.Token, n.Token, "node %d records the holder's token", i)
+			}
+			if n.Token != 0 { // the node that issued the token, or every node phase 2 reached
+				assert.Equal(t, in.Token, n.Token, "node %d records another token", i)
 			}
 		}
 		return in.Token, highest
@@ -490,7 +492,7 @@ func TestInspectShowsTheTokenTheHolderSees(t *testing.T) {
 		detail   string
 	}{
 		{"counters agree", []int{59, 59, 59, 59, 100}, redlock.FencedInOneRoundTrip},
-		{"counters apart", []int{50, 50, 70, 50, 100}, redlock.FencedInTwoRoundTrips},
+		{"counters apart", []int{50, 60, 70, 80, 100}, redlock.FencedInTwoRoundTrips},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			setCounters("k", tc.counters...)
@@ -508,7 +510,7 @@ func TestInspectShowsTheTokenTheHolderSees(t *testing.T) {
 
 	t.Run("multi-key lease", func(t *testing.T) {
 		setCounters("a", 59, 59, 59, 59, 100)
-		setCounters("b", 50, 50, 70, 50, 100)
+		setCounters("b", 50, 60, 70, 80, 100)
 		lease, err := l.TryLockMulti(ctx, []string{"a", "b"}, time.Minute)
 		require.NoError(t, err)
 		for _, key := range []string{"a", "b"} {
