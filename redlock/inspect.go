@@ -75,8 +75,9 @@ type NodeHolding struct {
 }
 
 // Inspect reads, on every node, what it holds for key: the value and its
-// owner label, the time left, the fencing counter, and a revoked value's
-// tombstone, with the node guard's state as this Locker knows it. It waits
+// owner label, the time left, the fencing counter and the holder's token
+// (Inspection.Token), and a revoked value's tombstone, with the node
+// guard's state as this Locker knows it. It waits
 // for every node, each for at most NodeTimeout, and changes nothing; it
 // reads the masters, not their replicas. The error is for a call that could
 // not be made (a nil context, an invalid key); a node that could not be

@@ -29,9 +29,11 @@
 // Locker.Health.
 //
 // inspect KEY shows, for each node, whether the key is held, the value and
-// its owner label (Options.Owner), the time left, the fencing counter, a
-// revoked value's tombstone, and the guard's state; then the holder of a
-// majority, if any, and for how much longer.
+// its owner label (Options.Owner), the time left, the fencing token
+// recorded for the value it holds and the fencing counter, a revoked
+// value's tombstone, and the guard's state; then the holder of a majority,
+// if any, for how much longer, and its fencing token: the number its
+// Lease.Token returns (counter<<8 | the issuing node's label).
 //
 // revoke KEY deletes the key on every node, whatever its value, and leaves a
 // tombstone so that the holder's next extension fails (Locker.Revoke).
