@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -75,12 +76,15 @@ func (l *Locker) TrustNodes(ctx context.Context) error {
 // an error, and nothing is trusted). A server shared with other data is
 // never new to it.
 //
-// What it cannot tell: a deployment where a majority lost its memory at
-// once (restarted without persistence, flushed) while a lease was held
-// looks new; and its check and its trust are two steps, so a program
-// paused between them past another's first lease may trust late. Where
-// either can happen, leave it out and trust by hand (redlock-admin trust,
-// or TrustNodes) once the longest lease has run out.
+// Its check and its trust are two steps: a node is trusted only if its
+// marker is still the one the check saw, for the same server process, so
+// a node that restarted, was flushed or failed over in between (while
+// this program was paused, say, and another used the deployment) keeps
+// its quarantine, and TrustNewNodes reports false. What it cannot tell: a
+// deployment where a majority lost its memory at once (restarted without
+// persistence, flushed) while a lease was held looks new. Where that can
+// happen, leave it out and trust by hand (redlock-admin trust, or
+// TrustNodes) once the longest lease has run out.
 func (l *Locker) TrustNewNodes(ctx context.Context) (bool, error) {
 	if err := l.made("TrustNewNodes"); err != nil {
 		return false, err
@@ -89,6 +93,7 @@ func (l *Locker) TrustNewNodes(ctx context.Context) (bool, error) {
 		return false, errors.New("redlock: TrustNewNodes: nil context")
 	}
 	used := make([]bool, len(l.nodes))
+	seen := make([]guard.Seen, len(l.nodes))
 	errs := make([]error, len(l.nodes))
 	var wg sync.WaitGroup
 	for i, n := range l.nodes {
@@ -98,8 +103,12 @@ func (l *Locker) TrustNewNodes(ctx context.Context) (bool, error) {
 			if used[i] || err != nil {
 			} else if _, cluster := n.Node.(*redis.ClusterClient); cluster || n.guard == nil {
 				used[i], err = guard.Marked(ctx, n.Node)
+				seen[i].Absent = true
 			} else if err = n.guard.Warm(ctx, n.Node); err == nil {
 				used[i] = !n.guard.NeverWhole(time.Now())
+				var ok bool
+				seen[i], ok = n.guard.Seen()
+				used[i] = used[i] || !ok
 			}
 			if err != nil {
 				errs[i] = fmt.Errorf("redlock: TrustNewNodes: %s: %w", n.name, err)
@@ -113,11 +122,39 @@ func (l *Locker) TrustNewNodes(ctx context.Context) (bool, error) {
 	if slices.Contains(used, true) {
 		return false, nil
 	}
-	if err := l.TrustNodes(ctx); err != nil {
+	// Each node is trusted only if its marker is still what the check
+	// saw: a node that restarted, was flushed or failed over since (while
+	// this program was paused, say, and another began to use the
+	// deployment) keeps its quarantine.
+	trusted := make([]bool, len(l.nodes))
+	for i, n := range l.nodes {
+		wg.Go(func() {
+			var err error
+			if unconditionalTrust.Load() { // the control of the tests: trust what the check saw, changed or not
+				trusted[i], err = true, guard.Trust(ctx, n.Node, l.opts.MaxTTL, l.opts.WaitReplicas)
+			} else {
+				trusted[i], err = guard.TrustIf(ctx, n.Node, l.opts.MaxTTL, l.opts.WaitReplicas, seen[i])
+			}
+			if err != nil {
+				errs[i] = fmt.Errorf("redlock: TrustNewNodes: %s: %w", n.name, err)
+				return
+			}
+			if n.guard != nil {
+				errs[i] = n.guard.Forget(ctx, n.Node) // what it examined is stale either way
+			}
+		})
+	}
+	wg.Wait()
+	if err := joinErrors(errs...); err != nil {
 		return false, err
 	}
-	return true, nil
+	return !slices.Contains(trusted, false), nil
 }
+
+// unconditionalTrust, where set, makes TrustNewNodes trust every node it
+// checked whatever happened since: the unsafe control of the tests of its
+// conditional trust. Only tests set it (export_test.go).
+var unconditionalTrust atomic.Bool
 
 // maxKeysScanned bounds how many keys holdsLeaseKeys reads on a node: a
 // node with more is in use.

@@ -228,3 +228,69 @@ func TestTrustNewNodesTrustsOnlyWhatItExamined(t *testing.T) {
 	drain(t, other)
 	_ = lease.Unlock(ctx)
 }
+
+// TrustNewNodes checks, then trusts: two steps. Here its trust of node 0
+// is held back between them (the program paused, or its packets to node 0
+// slow) while the deployment comes into use: an operator trusts the nodes,
+// a lease is granted on nodes 0 and 1, and node 0 restarts empty. When the
+// held-back trust arrives, node 0's marker is no longer the one the check
+// saw, so node 0 is not declared whole: it keeps its quarantine,
+// TrustNewNodes reports false, and nobody takes the key again while the
+// lease is valid. The control trusts whatever changed since the check:
+// node 0, which forgot the lease, votes again, and nodes 0 and 2 grant the
+// key a second time.
+func TestTrustNewNodesDoesNotTrustANodeThatChangedSinceItsCheck(t *testing.T) {
+	for _, control := range []bool{false, true} {
+		t.Run(map[bool]string{false: "conditional trust", true: "unconditional trust (control)"}[control], func(t *testing.T) {
+			if control {
+				defer redlock.TrustNewNodesUnconditionally()()
+			}
+			ctx := t.Context()
+			c := freshCluster(t, 3)
+			reached, release := make(chan struct{}), make(chan struct{})
+			starting := newLocker(t, c.nodes(func(i int, n redlock.Node) redlock.Node {
+				if i != 0 {
+					return n
+				}
+				return &trustGate{Node: n, before: func() { close(reached); <-release }}
+			}), nil)
+			type result struct {
+				trusted bool
+				err     error
+			}
+			done := make(chan result, 1)
+			go func() {
+				trusted, err := starting.TrustNewNodes(ctx)
+				done <- result{trusted, err}
+			}()
+			<-reached // checked: every node new; trusting node 0 is held back
+
+			proxies, nodes := holderNodes(t, c)
+			holder := newLocker(t, nodes, nil)
+			require.NoError(t, holder.TrustNodes(ctx), "an operator trusts the new deployment")
+			lease := holdOnNodes01(t, c, proxies[2], holder, "k", 10*time.Second)
+			c.servers[0].FlushAll() // node 0 restarts empty while the lease is held
+
+			close(release)
+			r := <-done
+			require.NoError(t, r.err)
+			next := newLocker(t, c.nodes(nil), nil)
+			second, err := next.TryLock(ctx, "k", time.Second)
+			if control {
+				require.NoError(t, err, "control: node 0 trusted after it forgot the lease, nodes 0 and 2 grant k again")
+				assert.Equal(t, []int{0, 2}, c.holding("k", second.Value()))
+				assert.Positive(t, lease.Validity(), "while the first lease is valid")
+				_ = second.Unlock(ctx)
+				return
+			}
+			assert.False(t, r.trusted, "node 0 changed since the check: not all trusted")
+			if err == nil {
+				_ = second.Unlock(ctx)
+				t.Fatalf("nodes %v granted k again while the first lease is valid for %v more", c.holding("k", second.Value()), lease.Validity())
+			}
+			require.Positive(t, lease.Validity(), "the first lease must still be valid for the check to mean anything")
+			require.ErrorIs(t, err, redlock.ErrNodeQuarantined, "node 0 keeps its quarantine")
+			drain(t, next)
+		})
+	}
+}

@@ -124,6 +124,16 @@ func (g *Guard) NeverWhole(now time.Time) bool {
 	return true
 }
 
+// Seen is the node's marker as this guard last examined it (ok false
+// where it examined none yet), for a trust on the condition that nothing
+// changed since (TrustIf).
+func (g *Guard) Seen() (seen Seen, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	state, ok := g.memory[markerKey]
+	return Seen{Marker: state.marker}, ok
+}
+
 // CurrentFor is the guard's verdict now on votes about key, from what it
 // last examined (nil where it examined nothing for key's marker yet, or
 // lets the votes count). It sends nothing: a round decided before the

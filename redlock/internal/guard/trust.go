@@ -27,10 +27,50 @@ func Trust(ctx context.Context, n wire.Node, maxTTL time.Duration, waitReplicas 
 	return nil
 }
 
+// Seen is what a check found of a node's marker before trusting it
+// (TrustIf): no marker (Absent), or the marker's value.
+type Seen struct {
+	Absent bool
+	Marker string
+}
+
+// TrustIf trusts n as Trust does only where its marker is still as seen:
+// absent, or the same value written for the same process (see trust.lua),
+// so that a node that restarted, was flushed, failed over or evicted keys
+// since the check is not declared whole. On a Redis Cluster node only
+// Absent is accepted: each slot's marker is written where there is none
+// (SET NX). It reports whether it wrote every marker; where it did not,
+// some Locker examined the node meanwhile, whose marker stands.
+func TrustIf(ctx context.Context, n wire.Node, maxTTL time.Duration, waitReplicas int, seen Seen) (bool, error) {
+	if _, cluster := n.(*redis.ClusterClient); cluster && !seen.Absent {
+		return false, errors.New("redlock: a Redis Cluster node is trusted on a condition only where it has no marker")
+	}
+	trusted, err := trustOn(ctx, n, maxTTL, waitReplicas, &seen)
+	if err != nil {
+		return false, reply.Denied("the trust script (it calls "+trustScript.Calls+")", err)
+	}
+	return trusted, nil
+}
+
 func trust(ctx context.Context, n wire.Node, maxTTL time.Duration, waitReplicas int) error {
+	_, err := trustOn(ctx, n, maxTTL, waitReplicas, nil)
+	return err
+}
+
+// trustOn writes n's markers, on the condition seen where it is not nil.
+func trustOn(ctx context.Context, n wire.Node, maxTTL time.Duration, waitReplicas int, seen *Seen) (bool, error) {
 	cc, ok := n.(*redis.ClusterClient)
 	if !ok {
-		return trustScript.Run(ctx, n, []string{markerKey}, markerExpiry(), maxTTL.Milliseconds(), waitReplicas, MaxTTLLimit.Milliseconds()).Err()
+		condition := ""
+		switch {
+		case seen == nil:
+		case seen.Absent:
+			condition = "absent"
+		default:
+			condition = seen.Marker
+		}
+		written, err := trustScript.Run(ctx, n, []string{markerKey}, markerExpiry(), maxTTL.Milliseconds(), waitReplicas, MaxTTLLimit.Milliseconds(), condition).Int64()
+		return written == 1, err
 	}
 	// Every slot's marker, written on the master that serves it, with that
 	// master's run_id: plain SETs, in one pipeline per master (16,384
@@ -43,19 +83,20 @@ func trust(ctx context.Context, n wire.Node, maxTTL time.Duration, waitReplicas 
 		mu.Unlock()
 		return nil
 	}); err != nil {
-		return err
+		return false, err
 	}
 	ranges, err := cc.ClusterSlots(ctx).Result()
 	if err != nil {
-		return err
+		return false, err
 	}
+	all := true
 	for _, r := range ranges {
 		if len(r.Nodes) == 0 {
 			continue
 		}
 		m, ok := masters[r.Nodes[0].Addr]
 		if !ok {
-			return fmt.Errorf("the master %s of slots %d-%d is not one the client knows", r.Nodes[0].Addr, r.Start, r.End)
+			return false, fmt.Errorf("the master %s of slots %d-%d is not one the client knows", r.Nodes[0].Addr, r.Start, r.End)
 		}
 		p := processOf(ctx, m)
 		if id, err := m.Do(ctx, "CLUSTER", "MYID").Text(); err == nil && id != "" {
@@ -63,20 +104,31 @@ func trust(ctx context.Context, n wire.Node, maxTTL time.Duration, waitReplicas 
 		}
 		declared, err := declaredOnSlots(ctx, m, int(r.Start), int(r.End))
 		if err != nil {
-			return err
+			return false, err
 		}
-		if _, err := m.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		cmds, err := m.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			for slot := r.Start; slot <= r.End; slot++ {
 				// The longest MaxTTL declared is kept, as trust.lua keeps it.
 				d := max(maxTTL, declared[int(slot-r.Start)])
-				pipe.Set(ctx, slotMarker(int(slot)), fmt.Sprintf("0 %s %d %s %d %d %d %d", p.run, d.Milliseconds(), p.replid, p.fed, waitReplicas, p.replicas, p.evicted), 0)
+				value := fmt.Sprintf("0 %s %d %s %d %d %d %d", p.run, d.Milliseconds(), p.replid, p.fed, waitReplicas, p.replicas, p.evicted)
+				if seen != nil {
+					pipe.SetNX(ctx, slotMarker(int(slot)), value, 0)
+				} else {
+					pipe.Set(ctx, slotMarker(int(slot)), value, 0)
+				}
 			}
 			return nil
-		}); err != nil {
-			return err
+		})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range cmds {
+			if b, ok := c.(*redis.BoolCmd); ok && !b.Val() {
+				all = false // a slot some Locker examined since the check
+			}
 		}
 	}
-	return nil
+	return all, nil
 }
 
 // declaredOnSlots reads the MaxTTL declared in the markers of slots first

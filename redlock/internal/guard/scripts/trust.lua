@@ -8,6 +8,15 @@
 -- absolute expiry (ms), as examine.lua gives it; ARGV[2] the trusting
 -- Locker's MaxTTL (ms) and ARGV[3] its WaitReplicas, which start the
 -- history's record of them.
+--
+-- ARGV[5], where given, makes the trust conditional (Locker.TrustNewNodes,
+-- which trusts what it checked a moment before): "absent" trusts only a
+-- node with no marker; any other value only a node whose marker is still
+-- that value and whose process is still the one the marker names (run_id,
+-- replication history, bytes read from a primary, evictions), so that a
+-- restart, a flush, a failover or an eviction between the check and the
+-- trust is not declared whole. Returns 1 where it trusted, 0 where the
+-- condition did not hold (nothing is written).
 local function info(section)
 	local r = redis.pcall("INFO", section)
 	if type(r) == "table" and r.err then
@@ -37,6 +46,20 @@ end
 -- kept, at most ARGV[4] (MaxTTLLimit): see examine.lua.
 local declared = tonumber(ARGV[2]) or 0
 local m = redis.call("GET", KEYS[1])
+local want = ARGV[5]
+if want == "absent" then
+	if m then
+		return 0
+	end
+elseif want and want ~= "" then
+	if m ~= want then
+		return 0
+	end
+	local mrun, mreplid, mfed, mevicted = string.match(m, "^%d+ (%S+) %d+ (%S+) (%d+) %d+ %d+ (%d+)$")
+	if mrun == nil or string.match(mrun, "^[^@]+") ~= id or mreplid ~= replid or tonumber(mfed) ~= fed or tonumber(mevicted) ~= evicted then
+		return 0
+	end
+end
 local d = m and tonumber(string.match(m, "^%d+ %S+ (%d+)") or "")
 if d and d > declared then
 	declared = math.min(d, tonumber(ARGV[4]))
