@@ -891,3 +891,39 @@ func TestTrustNewNodes(t *testing.T) {
 		}
 	})
 }
+
+// New servers, one of whose clocks jumps forward while they sit out their
+// first quarantine: the report names both causes of node 2's, and the
+// trust it offers says that node 2 stays out after it (a trust lifts a new
+// memory's quarantine, not a clock jump's). After the trust the others
+// lock; node 2 is still out, for its clock.
+func TestQuarantineReportNamesAClockJumpBesideANewMemory(t *testing.T) {
+	ctx := t.Context()
+	c := freshCluster(t, 3)
+	jumper := newNodeClock(c, 2, false)
+	l := newLocker(t, c.nodes(nil), nil)
+	for range 5 { // readings of node 2's clock, while every node is new
+		_, err := l.TryLock(ctx, "k", time.Second)
+		quarantined(t, err, memoryCause)
+		drain(t, l)
+		time.Sleep(5 * time.Millisecond)
+	}
+	jumper.Advance(30 * time.Second)
+	_, err := l.TryLock(ctx, "k", time.Second)
+	require.Error(t, err)
+	drain(t, l)
+	_, err = l.TryLock(ctx, "k", time.Second)
+	require.Error(t, err)
+	msg := err.Error()
+	assert.Contains(t, msg, "its clock jumped forward by", msg)
+	assert.Contains(t, msg, "trust -yes", "nodes 0 and 1 are new: a trust helps")
+	assert.Regexp(t, `a trust does not lift a clock jump's quarantine: node 2 \(\S+\) for \S+ more stay out after it`, msg)
+
+	require.NoError(t, l.TrustNodes(ctx))
+	lease, err := l.TryLock(ctx, "k", time.Second)
+	require.NoError(t, err, "nodes 0 and 1, trusted")
+	require.NoError(t, lease.Unlock(ctx))
+	h := l.Health()[2]
+	assert.Greater(t, h.QuarantineLeft, 50*time.Second, "node 2 is out for its clock")
+	assert.Contains(t, h.QuarantineCause, "clock jumped forward")
+}

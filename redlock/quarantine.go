@@ -242,6 +242,7 @@ func (l *Locker) lastKnown(e *QuorumError, key string) {
 // node is quarantined that way.
 func (l *Locker) trustRemedy(nodes []NodeResult) string {
 	forgot := false
+	var jumped []string // forgetful nodes whose clock jumped too: a trust leaves them out
 	for _, n := range nodes {
 		var q *QuarantineError
 		switch {
@@ -249,10 +250,17 @@ func (l *Locker) trustRemedy(nodes []NodeResult) string {
 			return "" // a node holds a lease: the deployment is in use, and trusting would lift a forgetful node's quarantine
 		case errors.As(n.Err, &q) && q.Forgot:
 			forgot = true
+			if q.JumpLeft > 0 {
+				jumped = append(jumped, fmt.Sprintf("%s for %v more", n.Name, q.JumpLeft.Round(time.Millisecond)))
+			}
 		}
 	}
 	if !forgot {
 		return ""
+	}
+	after := ""
+	if len(jumped) > 0 {
+		after = "; a trust does not lift a clock jump's quarantine: " + strings.Join(jumped, ", ") + " stay out after it"
 	}
 	addrs := make([]string, 0, len(l.nodes))
 	for _, n := range l.nodes {
@@ -268,7 +276,7 @@ func (l *Locker) trustRemedy(nodes []NodeResult) string {
 		list = strings.Join(addrs, ",")
 	}
 	return "if these servers are new to the deployment and hold no locks, trust them once: redlock-admin -nodes " + list +
-		" trust -yes (or Locker.TrustNodes); a server that restarted empty must wait it out (docs/operations.md)"
+		" trust -yes (or Locker.TrustNodes); a server that restarted empty must wait it out (docs/operations.md)" + after
 }
 
 // adminAddr names a node as redlock-admin's -nodes takes it: host:port for

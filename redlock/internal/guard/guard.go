@@ -214,10 +214,15 @@ func (g *Guard) verdictAt(state memoryState, now time.Time) error {
 	switch {
 	case memoryLeft <= 0 && jumpLeft <= 0:
 		return nil
-	case jumpLeft > memoryLeft:
-		return &QuarantineError{Left: jumpLeft, Cause: fmt.Sprintf(jumpCause, jumpSize)}
+	case memoryLeft <= 0:
+		return &QuarantineError{Left: jumpLeft, Cause: fmt.Sprintf(jumpCause, jumpSize), JumpLeft: jumpLeft}
+	case jumpLeft <= 0:
+		return &QuarantineError{Left: memoryLeft, Cause: memoryCause, Forgot: true}
 	}
-	return &QuarantineError{Left: memoryLeft, Cause: memoryCause, Forgot: true}
+	// Both: each is named with its time left, since a trust lifts only
+	// the memory's.
+	return &QuarantineError{Left: max(memoryLeft, jumpLeft), Forgot: true, JumpLeft: jumpLeft,
+		Cause: fmt.Sprintf("%s (%v more); and %s (%v more)", memoryCause, memoryLeft.Round(time.Millisecond), fmt.Sprintf(jumpCause, jumpSize), jumpLeft.Round(time.Millisecond))}
 }
 
 // examine runs examine.lua on the node through ex and records what it

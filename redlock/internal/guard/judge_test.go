@@ -161,3 +161,45 @@ func TestJudgeWithoutAServer(t *testing.T) {
 	require.ErrorAs(t, judge("", true), &q)
 	assert.InDelta(t, float64(3*maxTTL+drift.Default.Of(3*maxTTL)), float64(q.Left), float64(time.Second))
 }
+
+// A node quarantined for both causes at once (a new memory, and a clock
+// that jumped) is reported with both, each with its time left: a trust
+// lifts only the memory's (Forgot), and JumpLeft says how long the jump's
+// lasts after it. Reporting the longer cause alone would hide the other:
+// the memory behind a jump (no trust offered where one would help), or
+// the jump behind a memory (a trust offered that leaves the node out).
+func TestAQuarantineForBothCausesNamesBoth(t *testing.T) {
+	const maxTTL = 10 * time.Second
+	ctx := t.Context()
+	start := time.Now()
+	fake := clock.NewFake(start)
+	g := New(Config{MaxTTL: maxTTL, Bound: drift.Default, Clock: fake})
+	node := &scriptedNode{began: start.Add(-time.Hour), declared: maxTTL}
+	judge := func(marker string) error {
+		t.Helper()
+		c := g.Board(ctx, "k")
+		g.AppendTo(c, nil)
+		sent := time.Now()
+		answer(&c, marker, true, node.nodeNow())
+		return g.Judge(ctx, node, c, wire.Trip{Sent: sent, Received: time.Now()})
+	}
+	require.NoError(t, judge(""), "an old memory, examined")
+
+	node.began, node.marker = node.nodeNow(), "" // the memory lost
+	var q *QuarantineError
+	require.ErrorAs(t, judge(""), &q)
+	require.True(t, q.Forgot)
+	require.Zero(t, q.JumpLeft)
+
+	fake.Advance(maxTTL / 2)
+	node.offset = time.Minute // and then its clock jumps: the jump's quarantine outlasts the memory's
+	require.ErrorAs(t, judge(node.marker), &q)
+	assert.True(t, q.Forgot, "the memory is still new: a trust would lift that part")
+	assert.Greater(t, q.JumpLeft, maxTTL/2, "the jump's quarantine, which a trust does not lift")
+	assert.Equal(t, q.JumpLeft, q.Left, "out for the longer of the two")
+	assert.Contains(t, q.Cause, "its memory began less than MaxTTL ago")
+	assert.Contains(t, q.Cause, "its clock jumped forward by")
+
+	fake.Advance(maxTTL + drift.Default.Of(maxTTL) + time.Second) // both over
+	assert.NoError(t, g.Current(fake.Now()))
+}

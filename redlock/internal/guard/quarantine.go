@@ -24,6 +24,9 @@ type QuarantineError struct {
 	// one quarantine an operator may lift (Locker.TrustNodes) for servers
 	// known to hold no locks.
 	Forgot bool
+	// JumpLeft is how long the quarantine for a clock jump lasts (0:
+	// none), which a trust does not lift.
+	JumpLeft time.Duration
 }
 
 func (e *QuarantineError) Error() string {
