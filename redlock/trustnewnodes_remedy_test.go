@@ -89,16 +89,15 @@ func requireNoSecondGrant(t *testing.T, c *cluster, lease *redlock.Lease, key st
 	require.Positive(t, lease.Validity(), "the first lease must still be valid for the check to mean anything")
 }
 
-// F1. TrustNewNodes judges "never whole" by the caller's own MaxTTL. A
-// Locker with a shorter MaxTTL (3 s here) has waited out its quarantine
-// and granted a lease; a program with a longer MaxTTL (the default minute)
-// starts while the markers are younger than its MaxTTL, sees every node as
-// "never whole", and trusts node 0 which forgot the lease. Markers declare
-// MaxTTL precisely so that Lockers of different MaxTTL may share nodes; the
-// guard of the long Locker would have kept node 0 out for a minute.
-//
-// Control: a caller with the granting Locker's MaxTTL finds the deployment
-// in use.
+// A deployment is in use whatever the caller's MaxTTL: a Locker with a
+// short MaxTTL (3 s) has waited out its quarantine and granted a lease on
+// nodes 0 and 1, and node 0 forgot it. A program with a longer MaxTTL (the
+// default minute) starts while the nodes' memories are younger than its
+// MaxTTL, so to its guard every node is still in its first quarantine; the
+// lease's key on node 1 shows the deployment in use, and it trusts
+// nothing. Markers declare MaxTTL so that Lockers of different MaxTTL may
+// share nodes. The same holds for a caller with the granting Locker's
+// MaxTTL.
 func TestTrustNewNodesLeavesADeploymentInUseToALongerMaxTTLCaller(t *testing.T) {
 	const shortTTL = 3 * time.Second
 	for _, callerMaxTTL := range []time.Duration{shortTTL, time.Minute} {
@@ -126,14 +125,15 @@ func TestTrustNewNodesLeavesADeploymentInUseToALongerMaxTTLCaller(t *testing.T) 
 	}
 }
 
-// F2. "No marker" is not "new". Lockers with NoQuarantine write no marker
-// and grant leases. Node 0 forgets one (held on nodes 0 and 1). A guarded
+// "No marker" is not "new": Lockers with NoQuarantine write no marker and
+// grant leases. Node 0 forgets one (held on nodes 0 and 1). A guarded
 // program starting now, without TrustNewNodes, quarantines every node (no
 // marker: its memory begins now) and cannot take the key; with
-// TrustNewNodes, as the quick start says to call on every start, it trusts
-// every node and takes the key on nodes 0 and 2. The same whether the
-// caller is guarded (examines: every marker young) or has NoQuarantine
-// itself (guard.Marked: no marker anywhere).
+// TrustNewNodes, as the quick start calls it on every start, it sees the
+// lease's key on node 1 and trusts nothing, so it cannot take the key
+// either. The same whether the caller is guarded (it examines: every
+// marker young) or has NoQuarantine itself (guard.Marked: no marker
+// anywhere).
 func TestTrustNewNodesSeesLeasesOfNoQuarantineLockers(t *testing.T) {
 	for _, callerNoQuarantine := range []bool{false, true} {
 		name := map[bool]string{false: "guarded caller", true: "NoQuarantine caller"}[callerNoQuarantine]
@@ -164,13 +164,12 @@ func TestTrustNewNodesSeesLeasesOfNoQuarantineLockers(t *testing.T) {
 	}
 }
 
-// F3. TrustNewNodes compares the guard's quarantine ends, which are
-// readings of Options.Clock, with time.Now(). A Locker whose Clock reads
-// ahead of the system clock (a clock.Fake started ahead and following the
-// system clock here) finds every node "never whole", even nodes trusted
-// long ago (a whole memory's clearAt is its examination's Clock reading),
-// and trusts a deployment in use. Locker.Health reads Options.Clock for the
-// same verdicts. Control: the same Locker with the system clock.
+// A Locker whose Options.Clock reads ahead of the system clock (a
+// clock.Fake started an hour ahead, following the system clock) sees a
+// deployment in use as in use: its guard's quarantine ends are readings of
+// that clock, and the lease's key on node 1 shows the use whatever a clock
+// says. Locker.Health reads Options.Clock for the same verdicts. The same
+// Locker with the system clock, alike.
 func TestTrustNewNodesWithAClockAheadOfTheSystemClock(t *testing.T) {
 	for _, ahead := range []bool{false, true} {
 		name := map[bool]string{false: "control: system clock", true: "Options.Clock an hour ahead"}[ahead]
@@ -246,12 +245,12 @@ func (g *trustGate) Eval(ctx context.Context, script string, keys []string, args
 	return g.Node.Eval(ctx, script, keys, args...)
 }
 
-// R1. The remedy in a QuorumError ("trust them once: redlock-admin ...
-// trust -yes") is offered where the round itself proves the deployment in
-// use: node 1 answered that the key is held (by a lease granted on nodes 0
-// and 1), and node 0 is quarantined because it restarted empty. Following
-// it grants the key a second time. The remedy should not be offered when
-// another node's vote counted and said the key is held.
+// A QuorumError offers no trust ("trust them once: redlock-admin ...
+// trust -yes") where the round itself shows the deployment in use: node 1
+// answered that the key is held (by a lease granted on nodes 0 and 1), and
+// node 0 is quarantined because it restarted empty. Following such an
+// offer would grant the key a second time; the test follows it where it is
+// made, to show what it would cost.
 func TestQuarantineRemedyIsNotOfferedWhileALeaseIsHeld(t *testing.T) {
 	ctx := t.Context()
 	c := newCluster(t, 3)
@@ -281,11 +280,12 @@ func TestQuarantineRemedyIsNotOfferedWhileALeaseIsHeld(t *testing.T) {
 	assert.NotContains(t, msg, "trust -yes", "node 1 said the key is held: the deployment is in use, and node 0 forgot; the error offers the trust anyway: %s", msg)
 }
 
-// R2. The remedy names each node by its address alone. Nodes in a database
-// other than 0 (the node's name in the same error says "db 3") are reached
-// by the printed command in database 0: redlock-admin trusts database 0's
-// marker, reports success, and the Locker's nodes stay quarantined. The
-// command is run here as redlock-admin runs it (nodeflag.Options, one
+// The trust a QuorumError offers names each node as redlock-admin takes
+// it, database included: nodes in database 3 are printed as
+// redis://host:port/3, so the printed command trusts the markers the
+// Locker reads (printed as host:port alone, it would trust database 0's,
+// report success, and leave the Locker's nodes quarantined). The command
+// is run here as redlock-admin runs it (nodeflag.Options, one
 // redis.Client each, Locker.TrustNodes).
 func TestQuarantineRemedyNamesTheDatabase(t *testing.T) {
 	ctx := t.Context()
@@ -317,6 +317,6 @@ func TestQuarantineRemedyNamesTheDatabase(t *testing.T) {
 	require.NoError(t, newLocker(t, admin, nil).TrustNodes(ctx), "the printed command succeeds")
 
 	lease, err := l.TryLock(ctx, "k", time.Second)
-	require.NoError(t, err, "after the printed command, as the error promised; it trusted database 0 instead")
+	require.NoError(t, err, "after the printed command, as the error promised")
 	require.NoError(t, lease.Unlock(ctx))
 }
