@@ -52,11 +52,13 @@ func (s *mixState) mayKeep(addr string, argv []any, err error) {
 }
 
 // isRelease tells a release script (release.lua, release_multi.lua: no
-// counter among its keys, every argument a string) from the others a
-// schedule sends (acquisitions send the TTL as a number; phase 2 names
-// counters).
+// counter or token record among its keys, every argument a string) from
+// the others a schedule sends (acquisitions send the TTL as a number;
+// phase 2 names counters; the token record names records).
 func isRelease(keys []string, argv []any) bool {
-	if slices.ContainsFunc(keys, func(k string) bool { return strings.HasSuffix(k, ":fencing") }) {
+	if slices.ContainsFunc(keys, func(k string) bool {
+		return strings.HasSuffix(k, ":fencing") || strings.Contains(k, ":fencing-token")
+	}) {
 		return false
 	}
 	for _, a := range argv {

@@ -242,7 +242,7 @@ func scriptParts(cmd redis.Cmder) (keys []string, argv []any, ok bool) {
 // (no counters among the keys).
 func isPhase2Script(keys []string, argv []any) bool {
 	n := len(keys) / 3
-	if n < 1 || len(keys) != 3*n || !strings.HasSuffix(keys[n], ":fencing") || !strings.HasSuffix(keys[2*n], ":fencing-token") || len(argv) != 1+2*n {
+	if n < 1 || len(keys) != 3*n || !strings.HasSuffix(keys[n], ":fencing") || !strings.Contains(keys[2*n], ":fencing-token") || len(argv) != 1+2*n {
 		return false
 	}
 	_, ok := argv[1].(string)
@@ -753,7 +753,7 @@ func TestScheduleFaultsRecognizePhaseTwo(t *testing.T) {
 			if strings.HasPrefix(keys[0], "redlock:memory") {
 				return nil // the guard's
 			}
-			records := slices.ContainsFunc(keys, func(k string) bool { return strings.HasSuffix(k, ":fencing-token") })
+			records := slices.ContainsFunc(keys, func(k string) bool { return strings.Contains(k, ":fencing-token") })
 			mu.Lock()
 			defer mu.Unlock()
 			if got := isPhase2Script(keys, args); got != records {

@@ -22,9 +22,12 @@ import (
 //
 //   - key+":fencing": a lock's fencing counter (Options.Fencing), kept for
 //     good.
-//   - key+":fencing-token": the token of the lock's latest fenced
-//     acquisition, with its value ("token value"), which Inspect shows as
-//     the holder's Lease.Token; kept for good, as the counter is.
+//   - key+":fencing-token" (a key with a {tag}), "{key}:fencing-token-untagged"
+//     (one without): the token of the lock's latest fenced acquisition,
+//     with its value ("token value"), which Inspect shows as the holder's
+//     Lease.Token; kept for good, as the counter is. Two suffixes, so that
+//     locks "a" and "{a}", which share a counter (harmless: it only grows),
+//     keep a record each.
 //   - key+":redlock-revoked": a lock's revocation tombstone (Revoke), for
 //     as long as the key had left.
 //   - key+":redlock-waiters": the line of Lockers waiting for a lock
@@ -41,6 +44,7 @@ import (
 const (
 	counterSuffix   = ":fencing"
 	tokenSuffix     = ":fencing-token"
+	untaggedSuffix  = ":fencing-token-untagged"
 	tombstoneSuffix = ":redlock-revoked"
 )
 
@@ -49,6 +53,7 @@ const (
 var besideKeys = []struct{ suffix, what string }{
 	{counterSuffix, "the fencing counter of lock %q"},
 	{tokenSuffix, "the fencing token record of lock %q"},
+	{untaggedSuffix, "the fencing token record of lock %q"},
 	{tombstoneSuffix, "the revocation tombstone of lock %q"},
 	{notice.LineSuffix, "the line of Lockers waiting for lock %q"},
 	{notice.Suffix, "the release channel of lock %q"},
@@ -112,8 +117,14 @@ func counterKey(key string) (string, error) {
 }
 
 // tokenRecordKey returns the key where key's latest fenced acquisition
-// records its token (see fence.lua), in key's hash slot.
-func tokenRecordKey(key string) (string, error) { return hashtag.Beside(key, tokenSuffix) }
+// records its token (see fence.lua), in key's hash slot: one per lock,
+// even for two locks whose counters are one ("a" and "{a}").
+func tokenRecordKey(key string) (string, error) {
+	if hashtag.Tagged(key) {
+		return key + tokenSuffix, nil
+	}
+	return hashtag.Beside(key, untaggedSuffix)
+}
 
 // tombstoneKey returns the key of key's revocation tombstone, in key's hash
 // slot.

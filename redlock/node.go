@@ -65,6 +65,10 @@ var (
 	//go:embed scripts/fence.lua
 	fenceLua    string
 	fenceScript = wire.NewScript("fence", "GET, SET", fenceLua)
+
+	//go:embed scripts/record.lua
+	recordLua    string
+	recordScript = wire.NewScript("token record", "GET, SET", recordLua)
 )
 
 // node is a Node with the name used in errors, its transport and its guard.

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlock/redlock/redlock/internal/guard"
+	"github.com/redlock/redlock/redlock/internal/reply"
 )
 
 // ErrNodeQuarantined matches the vote of a node that the node guard keeps
@@ -67,14 +68,15 @@ func (l *Locker) TrustNodes(ctx context.Context) error {
 // deployment is new: no node holds a key that may be a lease (any key but
 // the library's own bookkeeping), and no node has been able to count for a
 // guarded lease since its memory began (each is still in the quarantine of
-// its first examination, or has no marker). It reports whether it trusted
-// them. A program may call it on every start: on the first runs against
-// servers just started it spares each node the MaxTTL the guard would keep
-// it out; once the deployment is in use it does nothing, so a node that
-// restarted empty beside nodes that remember a lease still waits out its
-// quarantine. It examines every node now (a node that does not answer is
-// an error, and nothing is trusted). A server shared with other data is
-// never new to it.
+// its first examination). It reports whether it trusted them. A program
+// may call it on every start: on the first runs against servers just
+// started it spares each node the MaxTTL the guard would keep it out; once
+// the deployment is in use it does nothing, so a node that restarted empty
+// beside nodes that remember a lease still waits out its quarantine. It
+// examines every node now, with a guard of the moment for a Locker with
+// NoQuarantine (a node that does not answer is an error, and nothing is
+// trusted). A server shared with other data is never new to it. A Redis
+// Cluster node is an error: trust one by hand.
 //
 // Its check and its trust are two steps: a node is trusted only if its
 // marker is still the one the check saw, for the same server process, so
@@ -99,19 +101,31 @@ func (l *Locker) TrustNewNodes(ctx context.Context) (bool, error) {
 	for i, n := range l.nodes {
 		wg.Go(func() {
 			var err error
+			defer func() {
+				if err != nil {
+					errs[i] = fmt.Errorf("redlock: TrustNewNodes: %s: %w", n.name, err)
+				}
+			}()
+			if _, cluster := n.Node.(*redis.ClusterClient); cluster {
+				err = errClusterTrustedByHand
+				return
+			}
 			used[i], err = holdsLeaseKeys(ctx, n.Node)
 			if used[i] || err != nil {
-			} else if _, cluster := n.Node.(*redis.ClusterClient); cluster || n.guard == nil {
-				used[i], err = guard.Marked(ctx, n.Node)
-				seen[i].Absent = true
-			} else if err = n.guard.Warm(ctx, n.Node); err == nil {
-				used[i] = !n.guard.NeverWhole(time.Now())
-				var ok bool
-				seen[i], ok = n.guard.Seen()
-				used[i] = used[i] || !ok
+				return
 			}
-			if err != nil {
-				errs[i] = fmt.Errorf("redlock: TrustNewNodes: %s: %w", n.name, err)
+			// A Locker without the guard examines all the same, with a
+			// guard of the moment: the marker it leaves is what the trust
+			// must find again (no marker could come back after a flush).
+			g := n.guard
+			if g == nil {
+				g = guard.New(guard.Config{MaxTTL: l.opts.MaxTTL, WaitReplicas: l.opts.WaitReplicas, Bound: l.bound, Clock: l.opts.Clock, Node: i})
+			}
+			if err = g.Warm(ctx, n.Node); err == nil {
+				used[i] = !g.NeverWhole(time.Now())
+				var ok bool
+				seen[i], ok = g.Seen()
+				used[i] = used[i] || !ok
 			}
 		})
 	}
@@ -151,6 +165,11 @@ func (l *Locker) TrustNewNodes(ctx context.Context) (bool, error) {
 	return !slices.Contains(trusted, false), nil
 }
 
+// errClusterTrustedByHand is TrustNewNodes' error for a Redis Cluster
+// node: its markers are per hash slot, and no check of 16,384 of them
+// could be made again at the trust's moment as cheaply as one marker's.
+var errClusterTrustedByHand = errors.New("a Redis Cluster node is not trusted by TrustNewNodes: trust it by hand once it is known to hold no locks (redlock-admin trust -yes, or Locker.TrustNodes)")
+
 // unconditionalTrust, where set, makes TrustNewNodes trust every node it
 // checked whatever happened since: the unsafe control of the tests of its
 // conditional trust. Only tests set it (export_test.go).
@@ -189,7 +208,7 @@ func holdsLeaseKeys(ctx context.Context, n Node) (bool, error) {
 		for {
 			res, err := m.Do(ctx, "SCAN", cursor, "COUNT", 1000).Slice()
 			if err != nil {
-				return false, err
+				return false, reply.Denied("SCAN (TrustNewNodes looks for keys that may be leases)", err)
 			}
 			if len(res) != 2 {
 				return false, fmt.Errorf("SCAN answered %d elements, not a cursor and a page", len(res))
@@ -242,14 +261,14 @@ func (l *Locker) lastKnown(e *QuorumError, key string) {
 // node is quarantined that way.
 func (l *Locker) trustRemedy(nodes []NodeResult) string {
 	forgot := false
-	var jumped []string // forgetful nodes whose clock jumped too: a trust leaves them out
+	var jumped []string // nodes whose clock jumped: a trust leaves them out
 	for _, n := range nodes {
 		var q *QuarantineError
 		switch {
 		case n.Outcome == Taken || n.Outcome == Revoked:
 			return "" // a node holds a lease: the deployment is in use, and trusting would lift a forgetful node's quarantine
-		case errors.As(n.Err, &q) && q.Forgot:
-			forgot = true
+		case errors.As(n.Err, &q):
+			forgot = forgot || q.Forgot
 			if q.JumpLeft > 0 {
 				jumped = append(jumped, fmt.Sprintf("%s for %v more", n.Name, q.JumpLeft.Round(time.Millisecond)))
 			}

@@ -131,9 +131,8 @@ func TestTrustNewNodesLeavesADeploymentInUseToALongerMaxTTLCaller(t *testing.T) 
 // marker: its memory begins now) and cannot take the key; with
 // TrustNewNodes, as the quick start calls it on every start, it sees the
 // lease's key on node 1 and trusts nothing, so it cannot take the key
-// either. The same whether the caller is guarded (it examines: every
-// marker young) or has NoQuarantine itself (guard.Marked: no marker
-// anywhere).
+// either. The same whether the caller is guarded or has NoQuarantine
+// itself (it examines all the same, with a guard of the moment).
 func TestTrustNewNodesSeesLeasesOfNoQuarantineLockers(t *testing.T) {
 	for _, callerNoQuarantine := range []bool{false, true} {
 		name := map[bool]string{false: "guarded caller", true: "NoQuarantine caller"}[callerNoQuarantine]

@@ -101,7 +101,7 @@ collect:
 }
 
 // warmScripts are the scripts Warm loads: every one the coordinator sends.
-var warmScripts = []*wire.Script{releaseScript, joinScript, extendScript, checkScript, acquireFencedScript, fenceScript}
+var warmScripts = []*wire.Script{releaseScript, joinScript, extendScript, checkScript, acquireFencedScript, fenceScript, recordScript}
 
 // warm dials the node and loads the scripts, so that neither a handshake
 // nor a NOSCRIPT round trip falls on a lock's first call. A *redis.Client

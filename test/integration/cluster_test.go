@@ -36,6 +36,9 @@ func TestClusterAsOneNode(t *testing.T) {
 	opts := &redlock.Options{Fencing: true, WaitReplicas: 2, NodeTimeout: 2 * time.Second}
 	l := newLockerOn(t, []redlock.Node{cc}, opts)
 	require.NoError(t, l.Warm(ctx))
+	trusted, err := l.TrustNewNodes(ctx)
+	require.ErrorContains(t, err, "a Redis Cluster node is not trusted by TrustNewNodes: trust it by hand", "its markers are per slot: trusted by hand")
+	require.False(t, trusted)
 	const key = "cluster-lock"
 
 	lease, err := l.TryLock(ctx, key, time.Minute)

@@ -184,8 +184,9 @@ func evalshaCalls(t *testing.T, n *harness.Node) int {
 }
 
 // Fenced acquisitions in steady state take one round trip, counted by the
-// servers themselves: each fenced TryLock and Unlock cycle runs exactly two
-// scripts on every node (the acquisition and the release), never phase 2,
+// servers themselves: each fenced TryLock and Unlock cycle runs two scripts
+// on every node (the acquisition and the release) and one token record on
+// the node that issued the token (unawaited), never phase 2,
 // and every acquisition reports FencedInOneRoundTrip. Phase 2 runs only
 // when the majority that granted first disagrees, and one phase 2 brings
 // lagging counters in step (see below).
@@ -212,9 +213,13 @@ func TestFencedAcquisitionsTakeOneRoundTripInSteadyState(t *testing.T) {
 	for range cycles {
 		cycle()
 	}
+	total := 0
 	for i, n := range c.Nodes {
-		assert.Equal(t, 2*cycles, evalshaCalls(t, n)-before[i], "node %d: scripts run in %d cycles", i, cycles)
+		ran := evalshaCalls(t, n) - before[i]
+		total += ran
+		assert.GreaterOrEqual(t, ran, 2*cycles, "node %d: scripts run in %d cycles", i, cycles)
 	}
+	assert.Equal(t, (2*len(c.Nodes)+1)*cycles, total, "an acquisition and a release on every node, and one token record, each cycle")
 	details := func(from int) (one, two int) {
 		for _, e := range events.of(redlock.OpAcquire)[from:] {
 			switch e.Detail {

@@ -99,7 +99,7 @@ func TestFirstLockOnTLSNodesBehindLatency(t *testing.T) {
 // SCRIPT LOAD for Warm. aclDurability adds what Durability and
 // RequireDurable read.
 const (
-	aclRules      = "on >app-secret resetkeys ~lock:* ~{lock:* ~redlock:memory* resetchannels &{lock:* -@all +set +get +del +pexpire +incr +time +pttl +pexpiretime +info +evalsha +eval +script|load +script|exists +ping +spublish +ssubscribe +sunsubscribe +lpos +rpush +lrem +lpop"
+	aclRules      = "on >app-secret resetkeys ~lock:* ~{lock:* ~redlock:memory* resetchannels &{lock:* -@all +set +get +del +pexpire +incr +time +pttl +pexpiretime +info +evalsha +eval +script|load +script|exists +ping +spublish +ssubscribe +sunsubscribe +lpos +rpush +lrem +lpop +scan"
 	aclDurability = "+config|get"
 )
 
@@ -124,6 +124,9 @@ func TestLeastPrivilegeACL(t *testing.T) {
 	l := newLockerOn(t, nodes, &redlock.Options{Fencing: true, NodeTimeout: time.Second})
 
 	require.NoError(t, l.Warm(ctx))
+	trusted, err := l.TrustNewNodes(ctx) // the quick start's call: SCAN, the guard's examination, the trust script
+	require.NoError(t, err)
+	require.False(t, trusted, "the harness's nodes were trusted and examined before: not new")
 	lease, err := l.TryLock(ctx, "lock:acl", 10*time.Second)
 	require.NoError(t, err)
 	require.NotZero(t, lease.Token())
@@ -223,6 +226,10 @@ func TestACLMissingOnePermission(t *testing.T) {
 		}), true},
 		{"+script|load", "script load", false, func(l *redlock.Locker, _ string) error { return l.Warm(ctx) }, false},
 		{"+ping", "ping", false, func(l *redlock.Locker, _ string) error { return l.Warm(ctx) }, false},
+		{"+scan", "scan", false, func(l *redlock.Locker, _ string) error {
+			_, err := l.TrustNewNodes(ctx)
+			return err
+		}, false},
 	} {
 		t.Run(tc.drop, func(t *testing.T) {
 			user := "app" + strings.NewReplacer("+", "-", "|", "-", "~", "-", "{", "", "*", "", ":", "").Replace(tc.drop)

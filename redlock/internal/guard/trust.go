@@ -27,25 +27,26 @@ func Trust(ctx context.Context, n wire.Node, maxTTL time.Duration, waitReplicas 
 	return nil
 }
 
-// Seen is what a check found of a node's marker before trusting it
-// (TrustIf): no marker (Absent), or the marker's value.
+// Seen is a node's marker as a check found it, before trusting the node
+// (TrustIf).
 type Seen struct {
-	Absent bool
 	Marker string
 }
 
-// TrustIf trusts n as Trust does only where its marker is still as seen:
-// absent, or the same value written for the same process (see trust.lua),
-// so that a node that restarted, was flushed, failed over or evicted keys
-// since the check is not declared whole. On a Redis Cluster node only
-// Absent is accepted: each slot's marker is written where there is none
-// (SET NX). It reports whether it wrote every marker; where it did not,
-// some Locker examined the node meanwhile, whose marker stands.
+// TrustIf trusts standalone node n as Trust does only where its marker is
+// still as seen: the same value, written for the same process (see
+// trust.lua), so that a node that restarted, was flushed, failed over or
+// evicted keys since the check is not declared whole. It reports whether
+// it wrote the marker. A Redis Cluster node is refused: its markers are
+// per hash slot.
 func TrustIf(ctx context.Context, n wire.Node, maxTTL time.Duration, waitReplicas int, seen Seen) (bool, error) {
-	if _, cluster := n.(*redis.ClusterClient); cluster && !seen.Absent {
-		return false, errors.New("redlock: a Redis Cluster node is trusted on a condition only where it has no marker")
+	if _, cluster := n.(*redis.ClusterClient); cluster {
+		return false, errors.New("redlock: a Redis Cluster node is not trusted on a condition")
 	}
-	trusted, err := trustOn(ctx, n, maxTTL, waitReplicas, &seen)
+	if seen.Marker == "" {
+		return false, errors.New("redlock: a trust on a condition needs the marker the check saw")
+	}
+	trusted, err := trustOn(ctx, n, maxTTL, waitReplicas, seen.Marker)
 	if err != nil {
 		return false, reply.Denied("the trust script (it calls "+trustScript.Calls+")", err)
 	}
@@ -53,23 +54,16 @@ func TrustIf(ctx context.Context, n wire.Node, maxTTL time.Duration, waitReplica
 }
 
 func trust(ctx context.Context, n wire.Node, maxTTL time.Duration, waitReplicas int) error {
-	_, err := trustOn(ctx, n, maxTTL, waitReplicas, nil)
+	_, err := trustOn(ctx, n, maxTTL, waitReplicas, "")
 	return err
 }
 
-// trustOn writes n's markers, on the condition seen where it is not nil.
-func trustOn(ctx context.Context, n wire.Node, maxTTL time.Duration, waitReplicas int, seen *Seen) (bool, error) {
+// trustOn writes n's markers; on a standalone node, only where its marker
+// is seen (trust.lua's condition), if seen is not "".
+func trustOn(ctx context.Context, n wire.Node, maxTTL time.Duration, waitReplicas int, seen string) (bool, error) {
 	cc, ok := n.(*redis.ClusterClient)
 	if !ok {
-		condition := ""
-		switch {
-		case seen == nil:
-		case seen.Absent:
-			condition = "absent"
-		default:
-			condition = seen.Marker
-		}
-		written, err := trustScript.Run(ctx, n, []string{markerKey}, markerExpiry(), maxTTL.Milliseconds(), waitReplicas, MaxTTLLimit.Milliseconds(), condition).Int64()
+		written, err := trustScript.Run(ctx, n, []string{markerKey}, markerExpiry(), maxTTL.Milliseconds(), waitReplicas, MaxTTLLimit.Milliseconds(), seen).Int64()
 		return written == 1, err
 	}
 	// Every slot's marker, written on the master that serves it, with that
@@ -89,7 +83,6 @@ func trustOn(ctx context.Context, n wire.Node, maxTTL time.Duration, waitReplica
 	if err != nil {
 		return false, err
 	}
-	all := true
 	for _, r := range ranges {
 		if len(r.Nodes) == 0 {
 			continue
@@ -106,29 +99,18 @@ func trustOn(ctx context.Context, n wire.Node, maxTTL time.Duration, waitReplica
 		if err != nil {
 			return false, err
 		}
-		cmds, err := m.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+		if _, err := m.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			for slot := r.Start; slot <= r.End; slot++ {
 				// The longest MaxTTL declared is kept, as trust.lua keeps it.
 				d := max(maxTTL, declared[int(slot-r.Start)])
-				value := fmt.Sprintf("0 %s %d %s %d %d %d %d", p.run, d.Milliseconds(), p.replid, p.fed, waitReplicas, p.replicas, p.evicted)
-				if seen != nil {
-					pipe.SetNX(ctx, slotMarker(int(slot)), value, 0)
-				} else {
-					pipe.Set(ctx, slotMarker(int(slot)), value, 0)
-				}
+				pipe.Set(ctx, slotMarker(int(slot)), fmt.Sprintf("0 %s %d %s %d %d %d %d", p.run, d.Milliseconds(), p.replid, p.fed, waitReplicas, p.replicas, p.evicted), 0)
 			}
 			return nil
-		})
-		if err != nil {
+		}); err != nil {
 			return false, err
 		}
-		for _, c := range cmds {
-			if b, ok := c.(*redis.BoolCmd); ok && !b.Val() {
-				all = false // a slot some Locker examined since the check
-			}
-		}
 	}
-	return all, nil
+	return true, nil
 }
 
 // declaredOnSlots reads the MaxTTL declared in the markers of slots first
@@ -184,44 +166,4 @@ func processOf(ctx context.Context, c *redis.Client) process {
 	p.evicted, _ = strconv.ParseInt(f["evicted_keys"], 10, 64)
 	p.replicas, _ = strconv.Atoi(f["connected_slaves"])
 	return p
-}
-
-// Marked reports whether node n carries a marker: some guarded Locker has
-// used the server (or an operator trusted it) since its memory began. On a
-// Redis Cluster node it asks every slot, through the masters that serve
-// them (a pipeline of EXISTS per master).
-func Marked(ctx context.Context, n wire.Node) (bool, error) {
-	cc, ok := n.(*redis.ClusterClient)
-	if !ok {
-		found, err := n.Do(ctx, "EXISTS", markerKey).Int64()
-		return found > 0, err
-	}
-	ranges, err := cc.ClusterSlots(ctx).Result()
-	if err != nil {
-		return false, err
-	}
-	for _, r := range ranges {
-		if len(r.Nodes) == 0 {
-			continue
-		}
-		m, err := cc.MasterForKey(ctx, slotMarker(int(r.Start)))
-		if err != nil {
-			return false, err
-		}
-		cmds, err := m.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-			for slot := r.Start; slot <= r.End; slot++ {
-				pipe.Exists(ctx, slotMarker(int(slot)))
-			}
-			return nil
-		})
-		if err != nil {
-			return false, err
-		}
-		for _, c := range cmds {
-			if c.(*redis.IntCmd).Val() > 0 {
-				return true, nil
-			}
-		}
-	}
-	return false, nil
 }

@@ -11,9 +11,9 @@ import (
 )
 
 // TrustIf writes the trusted marker only where the node is as the check
-// saw it: no marker, or the same marker for the same process. Anything
-// else (a marker written since, one gone since, one whose process is not
-// the node's: loaded from another process's snapshot) is left as it is.
+// saw it: the same marker, for the same process. Anything else (a marker
+// gone since, one rewritten since, one whose process is not the node's:
+// loaded from another process's snapshot) is left as it is.
 // miniredis names no run_id ("?"), as the trust script reads it.
 func TestTrustIfTrustsOnlyWhatTheCheckSaw(t *testing.T) {
 	const seenMarker = "1700000000000 ? 60000 ? 0 0 0 0"
@@ -23,8 +23,6 @@ func TestTrustIfTrustsOnlyWhatTheCheckSaw(t *testing.T) {
 		seen    Seen
 		trusted bool
 	}{
-		{"absent, as seen", "", Seen{Absent: true}, true},
-		{"absent when seen, written since", seenMarker, Seen{Absent: true}, false},
 		{"as seen", seenMarker, Seen{Marker: seenMarker}, true},
 		{"gone since (a flush, a restart without persistence)", "", Seen{Marker: seenMarker}, false},
 		{"rewritten since (a new memory)", "1700000099000 ? 60000 ? 0 0 0 0", Seen{Marker: seenMarker}, false},

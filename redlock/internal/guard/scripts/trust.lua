@@ -9,13 +9,13 @@
 -- Locker's MaxTTL (ms) and ARGV[3] its WaitReplicas, which start the
 -- history's record of them.
 --
--- ARGV[5], where given, makes the trust conditional (Locker.TrustNewNodes,
--- which trusts what it checked a moment before): "absent" trusts only a
--- node with no marker; any other value only a node whose marker is still
--- that value and whose process is still the one the marker names (run_id,
--- replication history, bytes read from a primary, evictions), so that a
--- restart, a flush, a failover or an eviction between the check and the
--- trust is not declared whole. Returns 1 where it trusted, 0 where the
+-- ARGV[5], where not "", makes the trust conditional (Locker.TrustNewNodes,
+-- which trusts what it checked a moment before): only a node whose marker
+-- is still that value and whose process is still the one the marker names
+-- (run_id, replication history, bytes read from a primary, evictions), so
+-- that a restart, a flush, a failover or an eviction between the check and
+-- the trust is not declared whole. (No marker is never a condition: after
+-- a flush there is none again.) Returns 1 where it trusted, 0 where the
 -- condition did not hold (nothing is written).
 local function info(section)
 	local r = redis.pcall("INFO", section)
@@ -47,11 +47,7 @@ end
 local declared = tonumber(ARGV[2]) or 0
 local m = redis.call("GET", KEYS[1])
 local want = ARGV[5]
-if want == "absent" then
-	if m then
-		return 0
-	end
-elseif want and want ~= "" then
+if want and want ~= "" then
 	if m ~= want then
 		return 0
 	end
