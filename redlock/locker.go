@@ -601,10 +601,16 @@ func (l *Locker) release(ctx context.Context, key string, multi []string, value 
 }
 
 // unlockCommand is a lease's release: it publishes to the key's waiters
-// (ARGV[2], notifyArg) and names the next Locker in the key's line, other
-// than this one (ARGV[3]).
+// (ARGV[2], notifyArg) on its release channel (ARGV[4]) and names the next
+// Locker in the key's line (KEYS[2]), other than this one (ARGV[3]). A key
+// that cannot carry a hash tag has neither: its release is a plain one.
 func (l *Locker) unlockCommand(key, value string) wire.Command {
-	return wire.ScriptCommand(releaseScript, []string{key}, value, notifyArg, l.id)
+	line, ok := notice.Line(key)
+	channel, _ := notice.Channel(key) // as the line: the key takes a hash tag
+	if !ok {
+		return wire.ScriptCommand(releaseScript, []string{key}, value)
+	}
+	return wire.ScriptCommand(releaseScript, []string{key, line}, value, notifyArg, l.id, channel)
 }
 
 // notifyArg is the release script's ARGV[2] that asks it to publish.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redlock/redlock/drift"
 	"github.com/redlock/redlock/internal/hashtag"
+	"github.com/redlock/redlock/redlock/internal/notice"
 	"github.com/redlock/redlock/redlock/internal/wire"
 )
 
@@ -272,7 +273,12 @@ func (l *Locker) releaseCommand(key string, multi []string, value string, notify
 	case multi != nil:
 		argv := []any{value}
 		if notify {
-			argv = append(argv, notifyArg)
+			argv = make([]any, 0, 2+len(multi))
+			argv = append(argv, value, notifyArg)
+			for _, k := range multi {
+				channel, _ := notice.Channel(k) // "" for a key that cannot carry a hash tag
+				argv = append(argv, channel)
+			}
 		}
 		c := wire.ScriptCommand(releaseMultiScript, multi, argv...)
 		c = c.Across(len(multi))

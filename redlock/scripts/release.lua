@@ -1,49 +1,38 @@
 -- Compare-and-delete: delete KEYS[1] only while it holds this lease's value
 -- (ARGV[1]), and, with ARGV[2] = "notify" (a lease's Unlock, by the Locker
--- whose id is ARGV[3]), publish the release to the key's waiters, naming
--- the Locker whose turn is next. Returns 1 if deleted, 2 if deleted and
--- another Locker's turn was named, 0 if the key does not exist, -1 if
--- another holder's value is there (which must never be deleted).
+-- whose id is ARGV[3]), publish the release to the key's waiters on the
+-- key's release channel ARGV[4], naming the Locker whose turn is next in
+-- the key's line KEYS[2]. Both names are built in Go (hashtag.Beside: in
+-- the key's slot), so that every key the script touches is declared.
+-- Returns 1 if deleted, 2 if deleted and another Locker's turn was named,
+-- 0 if the key does not exist, -1 if another holder's value is there
+-- (which must never be deleted).
 local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] then
 	local deleted = redis.call("DEL", KEYS[1])
-	-- Wake the key's waiters (internal/notice): the released value on the
-	-- key's release channel, which hashes to the key's slot (as Go's
-	-- hashtag.Beside names it: KEYS[1] .. suffix if it has a {tag}, else
-	-- "{" .. KEYS[1] .. "}" .. suffix; none for a key with '}' but no
-	-- tag). Sharded where the server has SPUBLISH (Redis 7+, Valkey), so a
-	-- Redis Cluster node tells only the key's shard; PUBLISH otherwise. A
-	-- notice is a hint (waiters still poll): pcall, so that an ACL that
-	-- denies publishing never fails a release.
-	--
-	-- The line of Lockers waiting for the key (join.lua) is beside it too
-	-- ({KEY}:redlock-waiters): the next one is popped and named after the
-	-- value ("<value>\n<locker id>"), so that only its waiter tries, one
-	-- attempt per hand-off, in the order the Lockers joined. This Locker's
-	-- own place goes first: it held the key, so its place is taken.
-	local key, base = KEYS[1], nil
 	if ARGV[2] ~= "notify" then
 		return deleted
 	end
-	local open = string.find(key, "{", 1, true)
-	local close = open and string.find(key, "}", open + 1, true)
-	if close and close > open + 1 then
-		base = key
-	elseif not string.find(key, "}", 1, true) then
-		base = "{" .. key .. "}"
-	end
-	if not base then
-		return deleted
-	end
-	local line, message, named = base .. ":redlock-waiters", ARGV[1], false
-	if ARGV[3] and ARGV[3] ~= "" then
-		redis.pcall("LREM", line, 0, ARGV[3])
-		local nxt = redis.pcall("LPOP", line)
+	-- Wake the key's waiters (internal/notice): the released value on the
+	-- key's release channel. Sharded where the server has SPUBLISH (Redis
+	-- 7+, Valkey), so a Redis Cluster node tells only the key's shard;
+	-- PUBLISH otherwise. A notice is a hint (waiters still poll): pcall,
+	-- so that an ACL that denies publishing never fails a release.
+	--
+	-- The line of Lockers waiting for the key (join.lua) is KEYS[2]: the
+	-- next one is popped and named after the value ("<value>\n<locker
+	-- id>"), so that only its waiter tries, one attempt per hand-off, in the
+	-- order the Lockers joined. This Locker's own place goes first: it held
+	-- the key, so its place is taken.
+	local message, named = ARGV[1], false
+	if KEYS[2] and ARGV[3] and ARGV[3] ~= "" then
+		redis.pcall("LREM", KEYS[2], 0, ARGV[3])
+		local nxt = redis.pcall("LPOP", KEYS[2])
 		if type(nxt) == "string" then
 			message, named = ARGV[1] .. "\n" .. nxt, true
 		end
 	end
-	local channel = base .. ":redlock-released"
+	local channel = ARGV[4]
 	local r = redis.pcall("SPUBLISH", channel, message)
 	if type(r) == "table" and r.err then
 		redis.pcall("PUBLISH", channel, message)

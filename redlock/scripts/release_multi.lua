@@ -2,9 +2,10 @@
 -- ARGV[1] its value. Every key that holds the value is deleted; a key that
 -- holds another value never is. With ARGV[2] = "notify" (a lease's
 -- Unlock), each deleted key's release is published on its release channel
--- (as release.lua does, naming no Locker's turn: a multi-key lease is not
--- in any key's line), so that Lock calls waiting for one of the keys
--- elsewhere try at once. Returns 1 if every key held the value, -1 if
+-- ARGV[2+i] (built in Go, in the key's slot; "" for none), as release.lua
+-- does, naming no Locker's turn (a multi-key lease is not in any key's
+-- line), so that Lock calls waiting for one of the keys elsewhere try at
+-- once. Returns 1 if every key held the value, -1 if
 -- another value holds any key, 0 otherwise (some or all keys had expired;
 -- those that held the value are deleted all the same).
 local held, missing, taken = 0, 0, false
@@ -13,22 +14,11 @@ for i = 1, #KEYS do
 	if v == ARGV[1] then
 		redis.call("DEL", KEYS[i])
 		held = held + 1
-		if ARGV[2] == "notify" then
-			-- The key's release channel, in its slot (see release.lua).
-			local key, base = KEYS[i], nil
-			local open = string.find(key, "{", 1, true)
-			local close = open and string.find(key, "}", open + 1, true)
-			if close and close > open + 1 then
-				base = key
-			elseif not string.find(key, "}", 1, true) then
-				base = "{" .. key .. "}"
-			end
-			if base then
-				local channel = base .. ":redlock-released"
-				local r = redis.pcall("SPUBLISH", channel, ARGV[1])
-				if type(r) == "table" and r.err then
-					redis.pcall("PUBLISH", channel, ARGV[1])
-				end
+		local channel = ARGV[2] == "notify" and ARGV[2 + i]
+		if channel and channel ~= "" then
+			local r = redis.pcall("SPUBLISH", channel, ARGV[1])
+			if type(r) == "table" and r.err then
+				redis.pcall("PUBLISH", channel, ARGV[1])
 			end
 		end
 	elseif v then
