@@ -139,4 +139,3 @@ func (n *Node) Ran() map[string]int {
 func Violation(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "declared keys: ")
 }
-
