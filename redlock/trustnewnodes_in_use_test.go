@@ -174,12 +174,22 @@ func TestTrustNewNodesSeesADeploymentInUseAfterAClockStepBack(t *testing.T) {
 // held-back trust arrives, node 0's marker is no longer the one the check
 // saw, so node 0 is not declared whole: it keeps its quarantine,
 // TrustNewNodes reports false, and nobody takes the key again while the
-// lease is valid. The control trusts whatever changed since the check:
-// node 0, which forgot the lease, votes again, and nodes 0 and 2 grant the
-// key a second time.
+// lease is valid. The same for a caller with NoQuarantine, which examines
+// the nodes for its check all the same (a condition of "no marker" would
+// hold again after the flush). The control trusts whatever changed since
+// the check: node 0, which forgot the lease, votes again, and nodes 0 and
+// 2 grant the key a second time.
 func TestTrustNewNodesDoesNotTrustANodeThatChangedSinceItsCheck(t *testing.T) {
-	for _, control := range []bool{false, true} {
-		t.Run(map[bool]string{false: "conditional trust", true: "unconditional trust (control)"}[control], func(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		noQuarantine, control bool
+	}{
+		{"conditional trust", false, false},
+		{"conditional trust, by a Locker with NoQuarantine", true, false},
+		{"unconditional trust (control)", false, true},
+	} {
+		control := tc.control
+		t.Run(tc.name, func(t *testing.T) {
 			if control {
 				defer redlock.TrustNewNodesUnconditionally()()
 			}
@@ -191,7 +201,7 @@ func TestTrustNewNodesDoesNotTrustANodeThatChangedSinceItsCheck(t *testing.T) {
 					return n
 				}
 				return &trustGate{Node: n, before: func() { close(reached); <-release }}
-			}), nil)
+			}), &redlock.Options{NoQuarantine: tc.noQuarantine})
 			type result struct {
 				trusted bool
 				err     error

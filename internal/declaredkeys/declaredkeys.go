@@ -134,8 +134,3 @@ func (n *Node) Ran() map[string]int {
 	}
 	return out
 }
-
-// Violation reports whether err is the prelude's refusal.
-func Violation(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "declared keys: ")
-}

@@ -68,7 +68,7 @@ func TestAttackScriptChannelForOddKeys(t *testing.T) {
 					require.NoError(t, err)
 				}
 				require.NoError(t, c.Set(ctx, key, value, time.Minute).Err())
-				n, err := c.Eval(ctx, releaseLua, []string{key}, value, "notify").Int()
+				n, err := unlock(ctx, c, key, value, "").Int()
 				require.NoError(t, err, "key %q", key)
 				require.Equal(t, 1, n, "key %q", key)
 				if sps != nil {

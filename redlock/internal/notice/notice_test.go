@@ -52,9 +52,23 @@ func release(t *testing.T, c *redis.Client, key, value string) {
 	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, c.Set(ctx, key, value, time.Minute).Err())
-	n, err := c.Eval(ctx, releaseLua, []string{key}, value, "notify").Int()
+	n, err := unlock(ctx, c, key, value, "").Int()
 	require.NoError(t, err)
 	require.Equal(t, 1, n)
+}
+
+// unlock runs the release script as the coordinator's Unlock sends it
+// (redlock's unlockCommand), for the Locker id (named next in the line,
+// unless ""): the key's line in KEYS[2] and its release channel in
+// ARGV[4], both built in Go; a plain release for a key that cannot carry
+// a hash tag.
+func unlock(ctx context.Context, c *redis.Client, key, value, id string) *redis.Cmd {
+	line, ok := notice.Line(key)
+	channel, _ := notice.Channel(key)
+	if !ok {
+		return c.Eval(ctx, releaseLua, []string{key}, value)
+	}
+	return c.Eval(ctx, releaseLua, []string{key, line}, value, "notify", id, channel)
 }
 
 func client(t *testing.T, addr string) *redis.Client {
@@ -218,7 +232,7 @@ func TestReleaseNamesTheNextLockerInLine(t *testing.T) {
 	}
 	unlock := func(value, id string) int {
 		require.NoError(t, c.Set(ctx, "k", value, time.Minute).Err())
-		n, err := c.Eval(ctx, releaseLua, []string{"k"}, value, "notify", id).Int()
+		n, err := unlock(ctx, c, "k", value, id).Int()
 		require.NoError(t, err)
 		return n
 	}
@@ -258,7 +272,7 @@ func TestANamedLockerHearsItsTurnAfterOthers(t *testing.T) {
 	release := func(c *redis.Client, next string) {
 		require.NoError(t, c.RPush(ctx, line, next).Err())
 		require.NoError(t, c.Set(ctx, "k", "v", time.Minute).Err())
-		require.Equal(t, 2, int(c.Eval(ctx, releaseLua, []string{"k"}, "v", "notify", "X").Val().(int64)))
+		require.Equal(t, 2, int(unlock(ctx, c, "k", "v", "X").Val().(int64)))
 	}
 	release(clients[1], "B")
 	release(clients[2], "C")
@@ -304,7 +318,7 @@ func TestAMinorityNamingAnotherLockerLeavesTheTurnOpen(t *testing.T) {
 					want = 2
 				}
 				require.NoError(t, c.Set(ctx, "k", "v", time.Minute).Err())
-				require.Equal(t, want, int(c.Eval(ctx, releaseLua, []string{"k"}, "v", "notify", "X").Val().(int64)))
+				require.Equal(t, want, int(unlock(ctx, c, "k", "v", "X").Val().(int64)))
 			}
 			require.Eventually(t, func() bool { return a.count() == 1 }, 5*time.Second, time.Millisecond)
 			a.mu.Lock()
