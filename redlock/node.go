@@ -36,7 +36,7 @@ type Node interface {
 var (
 	//go:embed scripts/release.lua
 	releaseLua    string
-	releaseScript = wire.NewScript("release", "GET, DEL", releaseLua)
+	releaseScript = singleKey(wire.NewScript("release", "GET, DEL", releaseLua), releaseWithoutLine)
 
 	//go:embed scripts/join.lua
 	joinLua    string

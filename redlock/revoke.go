@@ -240,6 +240,16 @@ func checkWithoutTombstone(c wire.Command) wire.Command {
 	return c
 }
 
+// releaseWithoutLine is the release script's single-key form (see
+// checkWithoutTombstone): the lease's key alone, without its line of
+// waiting Lockers, which a migrating slot may hold on the other node. The
+// release still publishes (the channel is an argument), naming nobody's
+// turn: every waiter may try, as when no Locker is in line.
+func releaseWithoutLine(c wire.Command) wire.Command {
+	c.Keys = c.Keys[:1]
+	return c
+}
+
 // extendWithoutTombstone is the extend script's single-key form (see
 // checkWithoutTombstone), which never heals: a missing key may have been
 // revoked, and only the tombstone would say so. The extension heals again

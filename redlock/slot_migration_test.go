@@ -101,6 +101,29 @@ func TestHeldLeaseThroughASlotMigration(t *testing.T) {
 	}
 }
 
+// A lease's Unlock while its slot migrates: the release names the key and
+// its line of waiting Lockers, which a migrating slot refuses with
+// TRYAGAIN where the node holds the key alone, so it goes again naming the
+// key alone (releaseWithoutLine): the key is deleted everywhere all the
+// same.
+func TestUnlockThroughASlotMigration(t *testing.T) {
+	for _, path := range migrationPaths {
+		t.Run(path.name, func(t *testing.T) {
+			c, l, migrating, slots := migratingCluster(t, path.lone)
+			ctx := t.Context()
+			lease, err := l.TryLock(ctx, "migrating", time.Minute)
+			require.NoError(t, err)
+			migrate(t, c, migrating, path.flush)
+			require.NoError(t, lease.Unlock(ctx), "an Unlock while the slot migrates")
+			drain(t, l)
+			require.Empty(t, c.holdingAny("migrating"))
+			for i, slot := range slots {
+				require.Positive(t, slot.SingleKey.Load(), "node %d: the release went again naming the key alone", i)
+			}
+		})
+	}
+}
+
 // A lease revoked before its slot began to migrate is not healed back
 // mid-migration: its single-key extension finds the key missing and cannot
 // see the tombstone, so it sets nothing (none asks to heal), and the lease
