@@ -453,17 +453,37 @@ func TestInspectShowsTheTokenTheHolderSees(t *testing.T) {
 	ctx := t.Context()
 	c := newCluster(t, 5)
 	rec := &recorder{}
+	var late atomic.Pointer[chan struct{}] // node 4's phase 1 waits until it is closed
 	l := newLocker(t, c.nodes(func(i int, n redlock.Node) redlock.Node {
 		return &hookNode{Node: n, beforeScript: func(ctx context.Context, keys []string, args []any) error {
 			if i == 4 && len(keys) >= 2 && strings.HasSuffix(keys[len(keys)-1], ":fencing") { // phase 1
-				select {
-				case <-time.After(150 * time.Millisecond):
-				case <-ctx.Done():
+				if gate := late.Load(); gate != nil {
+					select {
+					case <-*gate:
+					case <-ctx.Done():
+					}
 				}
 			}
 			return nil
 		}}
-	}), &redlock.Options{Fencing: true, NodeTimeout: time.Second, Observer: rec})
+	}), &redlock.Options{Fencing: true, NodeTimeout: 5 * time.Second, Observer: rec})
+	// acquire takes the lease with node 4 answering only once the
+	// acquisition has been decided.
+	acquire := func(keys ...string) *redlock.Lease {
+		t.Helper()
+		gate := make(chan struct{})
+		late.Store(&gate)
+		defer close(gate)
+		var lease *redlock.Lease
+		var err error
+		if len(keys) == 1 {
+			lease, err = l.TryLock(ctx, keys[0], time.Minute)
+		} else {
+			lease, err = l.TryLockMulti(ctx, keys, time.Minute)
+		}
+		require.NoError(t, err)
+		return lease
+	}
 	setCounters := func(key string, counters ...int) {
 		for i, m := range c.servers {
 			require.NoError(t, m.Set("{"+key+"}:fencing", strconv.Itoa(counters[i])))
@@ -497,8 +517,7 @@ func TestInspectShowsTheTokenTheHolderSees(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			setCounters("k", tc.counters...)
 			rec.reset()
-			lease, err := l.TryLock(ctx, "k", time.Minute)
-			require.NoError(t, err)
+			lease := acquire("k")
 			assert.Equal(t, tc.detail, rec.one(t, redlock.OpAcquire).Detail)
 			token, highest := inspectToken("k")
 			assert.Equal(t, lease.Token(), token, "Inspect's token is the holder's")
@@ -511,8 +530,7 @@ func TestInspectShowsTheTokenTheHolderSees(t *testing.T) {
 	t.Run("multi-key lease", func(t *testing.T) {
 		setCounters("a", 59, 59, 59, 59, 100)
 		setCounters("b", 50, 60, 70, 80, 100)
-		lease, err := l.TryLockMulti(ctx, []string{"a", "b"}, time.Minute)
-		require.NoError(t, err)
+		lease := acquire("a", "b")
 		for _, key := range []string{"a", "b"} {
 			token, _ := inspectToken(key)
 			assert.Equal(t, lease.TokenOf(key), token, "key %q", key)
