@@ -264,9 +264,15 @@ func TestFencedAcquisitionsTakeOneRoundTripInSteadyState(t *testing.T) {
 		}
 		cycle()
 		_, two := details(len(events.of(redlock.OpAcquire)) - 1)
+		total := 0
 		for i, n := range c.Nodes {
-			assert.Equal(t, 2+two, evalshaCalls(t, n)-before[i], "node %d: the acquisition, phase 2 where it ran, the release", i)
+			ran := evalshaCalls(t, n) - before[i]
+			total += ran
+			assert.GreaterOrEqual(t, ran, 2+two, "node %d: the acquisition, phase 2 where it ran, the release", i)
 		}
+		// Where phase 2 did not run, the node that issued the token ran
+		// its record too.
+		assert.Equal(t, (2+two)*len(c.Nodes)+1-two, total, "the acquisitions, phase 2 where it ran (else one token record), the releases")
 	}
 	require.True(t, inStep(), "counters not in step after %d acquisitions", rounds)
 	one, two = details(from)
