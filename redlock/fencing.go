@@ -212,18 +212,15 @@ var errNotOwner = errors.New("redlock: node did not issue the token")
 // holds.
 func tokenRecordCommand(req request, value string, token uint64, tokens []uint64) wire.Command {
 	if req.multi == nil {
-		record, _ := tokenRecordKey(req.key) // the counter's key was made: the key takes a hash tag
-		return wire.ScriptCommand(recordScript, []string{req.key, record}, value, strconv.FormatUint(token, 10))
+		return wire.ScriptCommand(recordScript, []string{req.key, req.record}, value, strconv.FormatUint(token, 10))
 	}
 	n := len(req.multi)
 	keys := make([]string, 0, 2*n)
-	keys = append(keys, req.multi...)
+	keys = append(append(keys, req.multi...), req.records...)
 	argv := make([]any, 0, 1+n)
 	argv = append(argv, value)
-	for i, k := range req.multi {
-		record, _ := tokenRecordKey(k)
-		keys = append(keys, record)
-		argv = append(argv, strconv.FormatUint(tokens[i], 10))
+	for _, tok := range tokens {
+		argv = append(argv, strconv.FormatUint(tok, 10))
 	}
 	return wire.ScriptCommand(recordScript, keys, argv...).Across(n)
 }

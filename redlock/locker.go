@@ -427,10 +427,13 @@ type request struct {
 	yielded int
 	key     string
 	counter string // the fencing counter's key, with Options.Fencing
+	record  string // and its token record's (tokenRecordKey)
 	// multi: a multi-key lease's keys, sorted and distinct (key is the
-	// first); counters, with Options.Fencing, their fencing counters
+	// first); counters and records, with Options.Fencing, their fencing
+	// counters and token records
 	multi    []string
 	counters []string
+	records  []string
 	granted  time.Duration // the lease the server grants: ttl rounded down to ms
 	ms       int64         // granted in milliseconds, as sent in PX
 	budget   time.Duration // granted minus the drift allowance: the most validity possible
@@ -453,6 +456,7 @@ func (l *Locker) request(ctx context.Context, op, key string, ttl time.Duration)
 		if req.counter, err = counterKey(key); err != nil {
 			return request{}, err
 		}
+		req.record, _ = tokenRecordKey(key) // as the counter's: the key takes a hash tag
 	}
 	return req, nil
 }

@@ -162,11 +162,12 @@ func (l *Locker) multiRequest(ctx context.Context, op string, keys []string, ttl
 		return request{}, err
 	}
 	req.multi = sorted
-	req.counter = ""
+	req.counter, req.record = "", ""
 	if l.opts.Fencing && op == "acquire" {
-		req.counters = make([]string, len(sorted))
+		req.counters, req.records = make([]string, len(sorted)), make([]string, len(sorted))
 		for i, k := range sorted {
 			req.counters[i], _ = counterKey(k) // checked above
+			req.records[i], _ = tokenRecordKey(k)
 		}
 	}
 	return req, nil
@@ -406,21 +407,18 @@ func (l *Lease) name() string {
 // a multi-key lease's tokens, one per key) recorded beside them.
 func phase2Command(req request, value string, ts []uint64, token uint64, tokens []uint64) wire.Command {
 	if req.multi == nil {
-		record, _ := tokenRecordKey(req.key) // the counter's key was made: the key takes a hash tag
-		return wire.ScriptCommand(fenceScript, []string{req.key, req.counter, record}, value, strconv.FormatUint(ts[0], 10), strconv.FormatUint(token, 10)).Of(value, wire.RoleFences).Replicated()
+		return wire.ScriptCommand(fenceScript, []string{req.key, req.counter, req.record}, value, strconv.FormatUint(ts[0], 10), strconv.FormatUint(token, 10)).Of(value, wire.RoleFences).Replicated()
 	}
 	n := len(req.multi)
 	keys := make([]string, 0, 3*n)
-	keys = append(append(keys, req.multi...), req.counters...)
+	keys = append(append(append(keys, req.multi...), req.counters...), req.records...)
 	argv := make([]any, 0, 1+2*n)
 	argv = append(argv, value)
 	for _, t := range ts {
 		argv = append(argv, strconv.FormatUint(t, 10))
 	}
-	for i, k := range req.multi {
-		record, _ := tokenRecordKey(k)
-		keys = append(keys, record)
-		argv = append(argv, strconv.FormatUint(tokens[i], 10))
+	for _, tok := range tokens {
+		argv = append(argv, strconv.FormatUint(tok, 10))
 	}
 	c := wire.ScriptCommand(fenceMultiScript, keys, argv...).Of(value, wire.RoleFences).Replicated()
 	c = c.Across(n)
