@@ -892,6 +892,20 @@ func TestTrustNewNodes(t *testing.T) {
 	})
 }
 
+// reportAfterAJump is the error of l's TryLock once its guard has seen a
+// node's clock jump: the first attempt's replies show the jump, the
+// second attempt reports it.
+func reportAfterAJump(t *testing.T, l *redlock.Locker) string {
+	t.Helper()
+	var err error
+	for range 2 {
+		_, err = l.TryLock(t.Context(), "k", time.Second)
+		require.Error(t, err)
+		drain(t, l)
+	}
+	return err.Error()
+}
+
 // New servers, one of whose clocks jumps forward while they sit out their
 // first quarantine: the report names both causes of node 2's, and the
 // trust it offers says that node 2 stays out after it (a trust lifts a new
@@ -909,12 +923,7 @@ func TestQuarantineReportNamesAClockJumpBesideANewMemory(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	jumper.Advance(30 * time.Second)
-	_, err := l.TryLock(ctx, "k", time.Second)
-	require.Error(t, err)
-	drain(t, l)
-	_, err = l.TryLock(ctx, "k", time.Second)
-	require.Error(t, err)
-	msg := err.Error()
+	msg := reportAfterAJump(t, l)
 	assert.Contains(t, msg, "its clock jumped forward by", msg)
 	assert.Contains(t, msg, "trust -yes", "nodes 0 and 1 are new: a trust helps")
 	assert.Regexp(t, `a trust does not lift a clock jump's quarantine: node 2 \(\S+\) for \S+ more stay out after it`, msg)
@@ -950,13 +959,7 @@ func TestQuarantineRemedySaysWhichNodesATrustLeavesOutForTheirClock(t *testing.T
 	for _, j := range jumpers {
 		j.Advance(30 * time.Second)
 	}
-	_, err := l.TryLock(ctx, "k", time.Second)
-	require.Error(t, err)
-	drain(t, l)
-	_, err = l.TryLock(ctx, "k", time.Second)
-	require.Error(t, err)
-	drain(t, l)
-	msg := err.Error()
+	msg := reportAfterAJump(t, l)
 	require.Contains(t, msg, "its clock jumped forward by", msg)
 
 	require.NoError(t, l.TrustNodes(ctx))

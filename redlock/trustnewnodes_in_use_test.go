@@ -55,13 +55,9 @@ func TestTrustNewNodesLeavesADeploymentInUseToALongerMaxTTL(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, trusted, "a deployment ten minutes in use, whose node 0 forgot a held lease, is trusted as new")
 
-	other := newLocker(t, c.nodes(nil), nil)
-	second, err := other.TryLock(ctx, "k", 10*time.Second)
-	if err == nil {
-		t.Errorf("k granted twice while the first lease is held: the second stands on %v", c.holding("k", second.Value()))
-		require.NoError(t, second.Unlock(ctx))
+	if granted, err := trySecondGrant(t, c, "k", 10*time.Second, nil); err == nil {
+		t.Errorf("k granted twice while the first lease is held: the second stood on %v", granted)
 	}
-	drain(t, other)
 	_ = lease.Unlock(ctx) // node 0 forgot it, and node 1 alone is no quorum
 }
 
@@ -112,15 +108,11 @@ func TestTrustNewNodesSeesALeaseOnAYoungNode(t *testing.T) {
 					require.NoError(t, err)
 					assert.False(t, trusted, "nodes 0 and 1 forgot a held lease; node 2's memory did not lapse")
 				}
-				other := newLocker(t, c.nodes(nil), nil)
-				second, err := other.TryLock(ctx, "k", 10*time.Second)
-				if err == nil {
-					t.Errorf("k granted twice while the first lease is held: the second stands on %v", c.holding("k", second.Value()))
-					require.NoError(t, second.Unlock(ctx))
+				if granted, err := trySecondGrant(t, c, "k", 10*time.Second, nil); err == nil {
+					t.Errorf("k granted twice while the first lease is held: the second stood on %v", granted)
 				} else {
 					quarantined(t, err, memoryCause)
 				}
-				drain(t, other)
 				_ = lease.Unlock(ctx)
 			})
 		}
@@ -157,13 +149,9 @@ func TestTrustNewNodesSeesADeploymentInUseAfterAClockStepBack(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, trusted, "a deployment in use, whose node 0 forgot a held lease, trusted after a clock step back")
 
-	other := newLocker(t, c.nodes(nil), nil)
-	second, err := other.TryLock(ctx, "k", 10*time.Second)
-	if err == nil {
-		t.Errorf("k granted twice while the first lease is held: the second stands on %v", c.holding("k", second.Value()))
-		require.NoError(t, second.Unlock(ctx))
+	if granted, err := trySecondGrant(t, c, "k", 10*time.Second, nil); err == nil {
+		t.Errorf("k granted twice while the first lease is held: the second stood on %v", granted)
 	}
-	drain(t, other)
 	_ = lease.Unlock(ctx)
 }
 
@@ -222,23 +210,19 @@ func TestTrustNewNodesDoesNotTrustANodeThatChangedSinceItsCheck(t *testing.T) {
 			close(release)
 			r := <-done
 			require.NoError(t, r.err)
-			next := newLocker(t, c.nodes(nil), nil)
-			second, err := next.TryLock(ctx, "k", time.Second)
+			granted, err := trySecondGrant(t, c, "k", time.Second, nil)
 			if control {
 				require.NoError(t, err, "control: node 0 trusted after it forgot the lease, nodes 0 and 2 grant k again")
-				assert.Equal(t, []int{0, 2}, c.holding("k", second.Value()))
+				assert.Equal(t, []int{0, 2}, granted)
 				assert.Positive(t, lease.Validity(), "while the first lease is valid")
-				_ = second.Unlock(ctx)
 				return
 			}
 			assert.False(t, r.trusted, "node 0 changed since the check: not all trusted")
 			if err == nil {
-				_ = second.Unlock(ctx)
-				t.Fatalf("nodes %v granted k again while the first lease is valid for %v more", c.holding("k", second.Value()), lease.Validity())
+				t.Fatalf("nodes %v granted k again while the first lease is valid for %v more", granted, lease.Validity())
 			}
 			require.Positive(t, lease.Validity(), "the first lease must still be valid for the check to mean anything")
 			require.ErrorIs(t, err, redlock.ErrNodeQuarantined, "node 0 keeps its quarantine")
-			drain(t, next)
 		})
 	}
 }

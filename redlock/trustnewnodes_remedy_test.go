@@ -73,17 +73,29 @@ func (c *cluster) holdingAny(key string) []int {
 	return idx
 }
 
+// trySecondGrant takes key with a Locker of opts starting now, while
+// another lease of key is held: it returns the nodes that granted it, if
+// they did (the second lease is released at once), or the error.
+func trySecondGrant(t *testing.T, c *cluster, key string, ttl time.Duration, opts *redlock.Options) (granted []int, err error) {
+	t.Helper()
+	next := newLocker(t, c.nodes(nil), opts)
+	second, err := next.TryLock(t.Context(), key, ttl)
+	if err == nil {
+		granted = c.holding(key, second.Value())
+		_ = second.Unlock(t.Context())
+	}
+	drain(t, next)
+	return granted, err
+}
+
 // requireNoSecondGrant asserts that a program starting now cannot take key
 // while lease (which node 0 forgot) is valid: node 0 must still be
 // quarantined, or nodes 0 and 2 grant key a second time.
 func requireNoSecondGrant(t *testing.T, c *cluster, lease *redlock.Lease, key string, ttl time.Duration, opts *redlock.Options) {
 	t.Helper()
-	next := newLocker(t, c.nodes(nil), opts)
-	second, err := next.TryLock(t.Context(), key, ttl)
+	granted, err := trySecondGrant(t, c, key, ttl, opts)
 	if err == nil {
-		valid := lease.Validity()
-		_ = second.Unlock(t.Context())
-		require.Failf(t, "double grant", "nodes 0 and 2 granted %q again while the first lease is valid for %v more: node 0, which forgot it, was trusted", key, valid)
+		require.Failf(t, "double grant", "nodes %v granted %q again while the first lease is valid for %v more: node 0, which forgot it, was trusted", granted, key, lease.Validity())
 	}
 	t.Logf("second TryLock: %v", err)
 	require.Positive(t, lease.Validity(), "the first lease must still be valid for the check to mean anything")
