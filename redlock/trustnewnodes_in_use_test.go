@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlock/redlock/clock"
 	"github.com/redlock/redlock/redlock"
 )
 
@@ -223,6 +224,25 @@ func TestTrustNewNodesDoesNotTrustANodeThatChangedSinceItsCheck(t *testing.T) {
 			}
 			require.Positive(t, lease.Validity(), "the first lease must still be valid for the check to mean anything")
 			require.ErrorIs(t, err, redlock.ErrNodeQuarantined, "node 0 keeps its quarantine")
+		})
+	}
+}
+
+// A genuinely new deployment (every node just started, no key) is trusted
+// by TrustNewNodes whatever clock the Locker times its leases with: a
+// Locker given Options.Clock (a clock.Fake set a year back, as tests and
+// simulations do) examines the nodes on that clock, so whether a node is
+// still in its first quarantine must be judged on the same clock, not on
+// the wall clock.
+func TestTrustNewNodesTrustsANewDeploymentWhateverTheLockersClock(t *testing.T) {
+	for _, noQuarantine := range []bool{true, false} {
+		t.Run(fmt.Sprintf("NoQuarantine=%v", noQuarantine), func(t *testing.T) {
+			c := freshCluster(t, 3)
+			fake := clock.NewFake(time.Now().Add(-365 * 24 * time.Hour))
+			l := newLocker(t, c.nodes(nil), &redlock.Options{NoQuarantine: noQuarantine, Clock: fake})
+			trusted, err := l.TrustNewNodes(t.Context())
+			require.NoError(t, err)
+			assert.True(t, trusted, "a new deployment, examined on the Locker's clock, is refused")
 		})
 	}
 }
