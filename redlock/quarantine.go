@@ -122,7 +122,7 @@ func (l *Locker) TrustNewNodes(ctx context.Context) (bool, error) {
 				g = guard.New(guard.Config{MaxTTL: l.opts.MaxTTL, WaitReplicas: l.opts.WaitReplicas, Bound: l.bound, Clock: l.opts.Clock, Node: i})
 			}
 			if err = g.Warm(ctx, n.Node); err == nil {
-				used[i] = !g.NeverWhole(time.Now())
+				used[i] = !g.NeverWhole(l.opts.Clock.Now()) // the clock its examinations were read on
 				var ok bool
 				seen[i], ok = g.Seen()
 				used[i] = used[i] || !ok
