@@ -2,18 +2,18 @@
 # Makes the Docker image redlock-test/SERVER for the integration tests,
 # idempotently: an image of that name that exists already is kept. The image
 # is pulled from a public registry where one answers (redis:7.0, redis:8.0,
-# valkey/valkey:8.1) and otherwise built offline from Debian's packages, which
+# valkey/valkey:8.1, valkey/valkey:9.1) and otherwise built offline from Debian's packages, which
 # scripts/fetch-redis-server.sh fetches and unpacks: the unpacked tree is the
 # image's root, so the loader and libraries simply sit at their usual paths.
 #
-# Usage: build-redis-image.sh SERVER     SERVER: redis:7.0 | redis:8.0 | valkey:8.1
+# Usage: build-redis-image.sh SERVER     SERVER: redis:7.0 | redis:8.0 | valkey:8.1 | valkey:9.1
 #
 # In the image, NAME-server and NAME-cli are on PATH (NAME: redis or valkey);
 # the working directory is /data. The last line on stdout is the image.
 set -euo pipefail
 log() { echo "build-redis-image: $*" >&2; }
 here=$(cd "$(dirname "$0")" && pwd)
-server=${1:?usage: build-redis-image.sh redis:7.0|redis:8.0|valkey:8.1}
+server=${1:?usage: build-redis-image.sh redis:7.0|redis:8.0|valkey:8.1|valkey:9.1}
 name=${server%%:*}
 image="redlock-test/$server"
 

@@ -3,7 +3,7 @@
 # directory of its own, without touching the host's apt sources or installing
 # anything on the host. Idempotent: a finished directory is reused.
 #
-# Usage: fetch-redis-server.sh SERVER     SERVER: redis:7.0 | redis:8.0 | valkey:8.1
+# Usage: fetch-redis-server.sh SERVER     SERVER: redis:7.0 | redis:8.0 | valkey:8.1 | valkey:9.1
 #
 # The last line on stdout is the directory. It holds
 #   root/           the unpacked packages: the server, its libraries and the
@@ -16,7 +16,8 @@
 #
 # How: a private apt configuration (its own sources list, package lists and
 # cache under the directory, passed with -o Dir::...) downloads the .debs of
-# one Debian release (bookworm for 7.0, trixie for 8.0 and Valkey 8.1);
+# one Debian release (bookworm for 7.0, trixie for 8.0 and Valkey 8.1, sid for
+# Valkey 9.1);
 # dpkg-deb -x unpacks them. Debian's NAME-server is a symlink to
 # NAME-check-rdb: the server picks its mode from its program name, so the
 # wrapper passes --argv0 NAME-server. The script then checks that every
@@ -26,13 +27,14 @@
 # $REDLOCK_SERVERS_DIR sets where servers go (default ~/.cache/redlock/servers).
 set -euo pipefail
 log() { echo "fetch-redis-server: $*" >&2; }
-server=${1:?usage: fetch-redis-server.sh redis:7.0|redis:8.0|valkey:8.1}
+server=${1:?usage: fetch-redis-server.sh redis:7.0|redis:8.0|valkey:8.1|valkey:9.1}
 
 case "$server" in
 redis:7.0) name=redis suite=bookworm ssl=libssl3 ;;
 redis:8.0) name=redis suite=trixie ssl=libssl3t64 ;;
 valkey:8.1) name=valkey suite=trixie ssl=libssl3t64 ;;
-*) log "unknown server $server: want redis:7.0, redis:8.0 or valkey:8.1"; exit 2 ;;
+valkey:9.1) name=valkey suite=sid ssl=libssl3t64 ;;
+*) log "unknown server $server: want redis:7.0, redis:8.0, valkey:8.1 or valkey:9.1"; exit 2 ;;
 esac
 want=${server#*:}
 base=${REDLOCK_SERVERS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/redlock/servers}

@@ -3,8 +3,8 @@
 # docker.io, redis-server and gcc (the chaos run's clock shim) if missing (as root, with apt-get), starts dockerd
 # if no daemon answers, removes containers left by an earlier crashed run, and
 # pulls or builds the image of every server the tests run on: redlock-test/redis:7.0,
-# redlock-test/redis:8.0 and redlock-test/valkey:8.1 ($REDLOCK_TEST_SERVERS
-# chooses others among these). Logs go to stderr.
+# redlock-test/redis:8.0, redlock-test/valkey:8.1 and redlock-test/valkey:9.1
+# ($REDLOCK_TEST_SERVERS chooses others among these). Logs go to stderr.
 set -euo pipefail
 log() { echo "integration-setup: $*" >&2; }
 here=$(cd "$(dirname "$0")" && pwd)
@@ -50,7 +50,7 @@ log "docker $(docker version --format '{{.Server.Version}}') is up"
 # or builds it offline from Debian's packages).
 # The replication, Sentinel and cluster tests run the servers as plain
 # processes (every address they announce is 127.0.0.1): fetch them too.
-for server in ${REDLOCK_TEST_SERVERS:-redis:7.0 redis:8.0 valkey:8.1}; do
+for server in ${REDLOCK_TEST_SERVERS:-redis:7.0 redis:8.0 valkey:8.1 valkey:9.1}; do
 	"$here/build-redis-image.sh" "$server" >/dev/null
 	"$here/fetch-redis-server.sh" "$server" >/dev/null
 done

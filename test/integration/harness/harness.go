@@ -7,9 +7,10 @@
 // Every address a test dials is on 127.0.0.1: container ports are published
 // on loopback only, and the proxies listen there too.
 //
-// Each node runs one server: Redis 7.0, Redis 8.0 or Valkey 8.1, from the
-// images redlock-test/redis:7.0, redlock-test/redis:8.0 and
-// redlock-test/valkey:8.1 that scripts/integration-setup.sh pulls or builds
+// Each node runs one server: Redis 7.0, Redis 8.0, Valkey 8.1 or Valkey 9.1,
+// from the images redlock-test/redis:7.0, redlock-test/redis:8.0,
+// redlock-test/valkey:8.1 and redlock-test/valkey:9.1 that
+// scripts/integration-setup.sh pulls or builds
 // offline; $REDLOCK_TEST_SERVER chooses the suite's. Nodes can serve TLS
 // only, and be replaced by another server on the same data (a rolling
 // upgrade). The tests need
@@ -52,7 +53,7 @@ const Label = "redlock.test"
 const DefaultServer = "redis:7.0"
 
 // Servers are the servers scripts/integration-setup.sh makes images of.
-var Servers = []string{"redis:7.0", "redis:8.0", "valkey:8.1"}
+var Servers = []string{"redis:7.0", "redis:8.0", "valkey:8.1", "valkey:9.1"}
 
 // Setup sets the environment testcontainers-go needs here, unless the caller
 // set it: no reaper container, and the Docker host reached on loopback. Call
@@ -69,8 +70,8 @@ func Setup() {
 }
 
 // SuiteServer returns the server the suite runs on: $REDLOCK_TEST_SERVER
-// (redis:7.0, redis:8.0 or valkey:8.1; scripts/test.sh runs the suite on
-// each), or DefaultServer.
+// (redis:7.0, redis:8.0, valkey:8.1 or valkey:9.1; scripts/test.sh says
+// which runs take the whole suite), or DefaultServer.
 func SuiteServer() string {
 	if s := os.Getenv("REDLOCK_TEST_SERVER"); s != "" {
 		return s
@@ -93,7 +94,7 @@ func program(server string) string {
 type Options struct {
 	Nodes int // default 5
 	// Servers gives node i the server Servers[i] (redis:7.0, redis:8.0,
-	// valkey:8.1); nodes past its end, and every node when it is empty, run
+	// valkey:8.1, valkey:9.1); nodes past its end, and every node when it is empty, run
 	// SuiteServer().
 	Servers []string
 	// Persistent runs every node with AOF and appendfsync always, so that a

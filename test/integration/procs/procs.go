@@ -31,7 +31,7 @@ import (
 )
 
 // Binary returns the path of server's tool ("server", "sentinel" or "cli"),
-// e.g. Binary("valkey:8.1", "sentinel"), failing the test if it was not
+// e.g. Binary("valkey:9.1", "sentinel"), failing the test if it was not
 // fetched.
 func Binary(t testing.TB, server, tool string) string {
 	t.Helper()
@@ -590,6 +590,130 @@ func (m *SlotMove) Finish(ctx context.Context) error {
 		return err
 	}
 	for _, n := range masters {
+		if err := n.Client.Do(ctx, "CLUSTER", "SETSLOT", m.Slot, "NODE", m.targetID).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Atomically moves the slot with the server's own atomic slot migration
+// (Valkey 9: CLUSTER MIGRATESLOTS on the source, which streams the slot's
+// keys to the target while the source keeps serving them, then hands the
+// slot over in one step) instead of Begin and Finish, and returns once the
+// source reports the migration's success and every master names the target
+// as the slot's owner. No ASK or TRYAGAIN is ever answered on the way.
+func (m *SlotMove) Atomically(ctx context.Context) error {
+	if err := m.Source.Client.Do(ctx, "CLUSTER", "MIGRATESLOTS", "SLOTSRANGE", m.Slot, m.Slot, "NODE", m.targetID).Err(); err != nil {
+		return fmt.Errorf("procs: CLUSTER MIGRATESLOTS of slot %d: %w", m.Slot, err)
+	}
+	for {
+		state, err := m.exportState(ctx)
+		if err != nil {
+			return err
+		}
+		if state == "success" {
+			break
+		}
+		if state == "failed" || state == "cancelled" {
+			return fmt.Errorf("procs: the atomic migration of slot %d ended %s", m.Slot, state)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("procs: the atomic migration of slot %d still %q: %w", m.Slot, state, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	for {
+		settled := true
+		masters, err := m.cluster.Masters(ctx)
+		if err != nil {
+			return err
+		}
+		for _, n := range masters {
+			owner, err := ownerOf(ctx, n.Client, m.Slot)
+			if err != nil {
+				return err
+			}
+			settled = settled && owner == m.Target.Addr
+		}
+		if settled {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("procs: slot %d migrated, but not every master names its new owner: %w", m.Slot, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// exportState is the state the source reports of its export of the slot
+// to the target (CLUSTER GETSLOTMIGRATIONS: the latest such entry).
+func (m *SlotMove) exportState(ctx context.Context) (string, error) {
+	entries, err := m.Source.Client.Do(ctx, "CLUSTER", "GETSLOTMIGRATIONS").Slice()
+	if err != nil {
+		return "", fmt.Errorf("procs: CLUSTER GETSLOTMIGRATIONS: %w", err)
+	}
+	want := fmt.Sprintf("%d-%d", m.Slot, m.Slot)
+	state := ""
+	for _, e := range entries {
+		fields := map[string]string{}
+		switch e := e.(type) {
+		case []any:
+			for i := 0; i+1 < len(e); i += 2 {
+				fields[fmt.Sprint(e[i])] = fmt.Sprint(e[i+1])
+			}
+		case map[any]any:
+			for k, v := range e {
+				fields[fmt.Sprint(k)] = fmt.Sprint(v)
+			}
+		}
+		if fields["operation"] == "EXPORT" && fields["target_node"] == m.targetID && strings.Contains(fields["slot_ranges"], want) {
+			state = fields["state"]
+		}
+	}
+	if state == "" {
+		return "", fmt.Errorf("procs: the source lists no export of slot %d to %s: %v", m.Slot, m.targetID, entries)
+	}
+	return state, nil
+}
+
+// ownerOf is the address of the master that c says serves slot.
+func ownerOf(ctx context.Context, c *redis.Client, slot int64) (string, error) {
+	ranges, err := c.ClusterSlots(ctx).Result()
+	if err != nil {
+		return "", err
+	}
+	for _, r := range ranges {
+		if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
+			return r.Nodes[0].Addr, nil
+		}
+	}
+	return "", nil
+}
+
+// WithoutKeys hands the slot to the target without its keys, as a botched
+// migration would: the source drops them (CLUSTER FLUSHSLOT, Valkey 9) and
+// gives the slot to the target in one transaction (so that no client
+// writes the slot in between), then every other master assigns it too
+// (SETSLOT NODE). The negative control of the migration tests: leases in
+// the slot are lost.
+func (m *SlotMove) WithoutKeys(ctx context.Context) error {
+	tx := m.Source.Client.TxPipeline()
+	tx.Do(ctx, "CLUSTER", "FLUSHSLOT", m.Slot)
+	tx.Do(ctx, "CLUSTER", "SETSLOT", m.Slot, "NODE", m.targetID)
+	if _, err := tx.Exec(ctx); err != nil {
+		return fmt.Errorf("procs: CLUSTER FLUSHSLOT %d and SETSLOT NODE on the source: %w", m.Slot, err)
+	}
+	masters, err := m.cluster.Masters(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range masters {
+		if n == m.Source {
+			continue
+		}
 		if err := n.Client.Do(ctx, "CLUSTER", "SETSLOT", m.Slot, "NODE", m.targetID).Err(); err != nil {
 			return err
 		}
