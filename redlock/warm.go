@@ -104,7 +104,9 @@ collect:
 var warmScripts = []*wire.Script{releaseScript, joinScript, extendScript, checkScript, acquireFencedScript, fenceScript, recordScript}
 
 // warm dials the node and loads the scripts, so that neither a handshake
-// nor a NOSCRIPT round trip falls on a lock's first call. A *redis.Client
+// nor a NOSCRIPT round trip falls on a lock's first call, and records
+// their digests as the node names them, so that the scripts go by digest
+// (EVALSHA) from the first call. A *redis.Client
 // gets as many connections as its MinIdleConns asks for (at least one),
 // held together so that each is a separate one, then returned to its pool
 // idle.
@@ -113,12 +115,14 @@ func (n node) warm(ctx context.Context) error {
 		return fmt.Errorf("PING: %w", reply.Denied("PING", err))
 	}
 	for _, s := range warmScripts {
-		sha, err := n.ScriptLoad(ctx, s.Src).Result()
+		digest, err := n.ScriptLoad(ctx, s.Src).Result()
 		if err != nil {
 			return fmt.Errorf("SCRIPT LOAD: %w", reply.Denied("SCRIPT LOAD of the "+s.Name+" script", err))
 		}
-		if !strings.EqualFold(sha, s.Hash()) {
-			return fmt.Errorf("SCRIPT LOAD: the node named the script %s, not its SHA-1 %s", sha, s.Hash())
+		// The node's answer is the script's digest from now on (the client
+		// computes none: see wire.Script); every node must agree on it.
+		if err := s.Record(digest); err != nil {
+			return fmt.Errorf("SCRIPT LOAD of the %s script: %w", s.Name, err)
 		}
 	}
 	// The node guard examines the node now rather than on the first lock.

@@ -22,7 +22,7 @@ type evictsScripter struct {
 }
 
 func (e *evictsScripter) fix(cmd *redis.Cmd) *redis.Cmd {
-	if res, err := cmd.Slice(); err == nil && len(res) == 9 && e.evicts.Load() {
+	if res, err := cmd.Slice(); err == nil && len(res) == 10 && e.evicts.Load() {
 		res[8] = int64(1)
 		cmd.SetVal(res)
 	}

@@ -56,7 +56,10 @@ func (d *Direct[R]) admit() bool {
 }
 
 // Submit sends c from a goroutine of its own, and delivers its reply there.
+// A script's first use learns its digest, as the pipeline's does (see
+// Pipeline.Submit): no call waits for it.
 func (d *Direct[R]) Submit(ctx context.Context, c Command, s Send, to Receiver, node int) {
+	c.Script.learn(ctx, d.node, s.Timeout)
 	go d.call(ctx, c, s, to, node)
 }
 
@@ -144,7 +147,7 @@ func ownDeadline(d time.Duration, err error) error {
 }
 
 // send sends c on the node's client. A script goes as EVALSHA, then EVAL
-// on NOSCRIPT.
+// on NOSCRIPT; as EVAL alone while its digest is unknown.
 func (d *Direct[R]) send(ctx context.Context, c Command) *redis.Cmd {
 	if c.Script == nil {
 		return d.node.Do(ctx, c.Args...)
@@ -175,8 +178,8 @@ func narrowed(c Command, err error) (Command, bool) {
 // connection: the WAIT (w), which covers only the writes before it on its
 // connection, and the rider's commands (guarded), which must follow the
 // command to vouch for the memory it found. Both go with c as one
-// pipeline: a script as EVALSHA, then with EVAL (and a second WAIT) after
-// NOSCRIPT, and in its single-key form after TRYAGAIN (narrowed); each
+// pipeline: a script as EVALSHA (EVAL while its digest is unknown), then
+// with EVAL (and a second WAIT) after NOSCRIPT, and in its single-key form after TRYAGAIN (narrowed); each
 // resend's WAIT has what is left of the call's time. On a Redis Cluster node the pipeline goes to the master of c's
 // slot and follows its MOVED and ASK redirections itself (see
 // clusterRoute), since it bypasses the ClusterClient's own.
