@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/redlock/redlock/clock"
 	"github.com/redlock/redlock/drift"
+	"github.com/redlock/redlock/internal/redistest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -67,7 +67,7 @@ func sendCompanions(t *testing.T, c *redis.Client, cs Companions) (time.Time, ti
 // the batch without the eviction companion the new state requires, and
 // without examining again.
 func TestStaleCompanionsJudgedByANewerState(t *testing.T) {
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { _ = c.Close() })
 	g := testGuard(time.Second)

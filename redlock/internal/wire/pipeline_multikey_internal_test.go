@@ -11,9 +11,10 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/internal/redistest"
 )
 
 // Multi-key commands (Command.OrderKeys): a multi-key lease's script names
@@ -133,7 +134,7 @@ func TestPipelineKeepsAMultiKeyCommandInOrderOnEveryKey(t *testing.T) {
 		{"ordered by its first key alone", []string{"b", "a"}, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := miniredis.RunT(t)
+			m := redistest.Miniredis(t)
 			ts := &turnstile{arrived: make(chan arrival), done: make(chan struct{})}
 			t.Cleanup(func() { close(ts.done) })
 			client := redis.NewClient(&redis.Options{Addr: m.Addr()})

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlock/redlock/internal/redistest"
 	"github.com/redlock/redlock/quorum"
 )
 
@@ -62,7 +63,7 @@ func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 // batches g holds while it is closed, and an admin client that g does not
 // hold.
 func gatedServer(t *testing.T) (m *miniredis.Miniredis, g *gate, client, admin *redis.Client) {
-	m, g = miniredis.RunT(t), &gate{}
+	m, g = redistest.Miniredis(t), &gate{}
 	client = redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { client.Close() })
 	client.AddHook(g)

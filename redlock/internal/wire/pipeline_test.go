@@ -56,7 +56,7 @@ func (p *Pipeline[R]) idle() bool {
 // counting its batches.
 func counted(t *testing.T, hooks *redistest.Batches) (*miniredis.Miniredis, *redis.Client, *pipeline) {
 	t.Helper()
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	_ = m.Set("redlock:memory", "0 ?") // trusted: see trust in redlock's helpers_test.go
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { client.Close() })
@@ -69,7 +69,7 @@ func counted(t *testing.T, hooks *redistest.Batches) (*miniredis.Miniredis, *red
 // miniredis, and then black-holes the proxy: the node stops answering.
 func blackholed(t *testing.T, hooks *redistest.Batches, readTimeout time.Duration) (*faultnet.Proxy, *redis.Client, *pipeline) {
 	t.Helper()
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	_ = m.Set("redlock:memory", "0 ?") // trusted: see trust in redlock's helpers_test.go
 	proxy, err := faultnet.Listen(m.Addr())
 	require.NoError(t, err)
