@@ -53,14 +53,6 @@ func NewScript(name, calls, src string) *Script {
 	return &Script{Script: luascript.New(src), Name: name, Calls: calls}
 }
 
-// learn starts learning s's digest through n (luascript's LearnSoon, within
-// timeout), where it is unknown: at no cost once it is known.
-func (s *Script) learn(ctx context.Context, n redis.Scripter, timeout time.Duration) {
-	if s != nil && s.Digest() == "" {
-		s.LearnSoon(ctx, n, timeout)
-	}
-}
-
 // Command is what the coordinator sends to one node: a plain command, or a
 // script with its keys and arguments.
 type Command struct {

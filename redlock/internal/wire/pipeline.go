@@ -188,7 +188,9 @@ func (p *Pipeline[R]) Submit(ctx context.Context, c Command, s Send, to Receiver
 	// is never queued, so order per key, reruns and withdrawal are as for
 	// any command; only the wire form of the script's later commands
 	// changes, to EVALSHA.
-	c.Script.learn(ctx, p.client, s.Timeout)
+	if c.Script != nil && c.Script.Digest() == "" {
+		c.Script.LearnSoon(ctx, p.client, s.Timeout)
+	}
 	wire := c.Wire()
 	j := job{cmd: redis.NewCmd(ctx, wire...), key: c.Key, lease: c.Lease, role: c.Role, replicate: c.Replicate && p.wait != nil, guarded: c.Guarded && p.rider != nil, timeout: s.Timeout, src: c.source(), to: to, node: node}
 	if keys := c.OrderedBy(); len(keys) > 1 {
