@@ -158,7 +158,9 @@ func learnBackoff(failures int) time.Duration {
 func (s *Script) Run(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
 	if d := s.Digest(); d != "" {
 		cmd := c.EvalSha(ctx, d, keys, args...)
-		if !redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		// err == nil first: HasErrorPrefix allocates even for a nil error,
+		// and this is every call's path.
+		if err := cmd.Err(); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
 			return cmd
 		}
 	}
