@@ -195,8 +195,9 @@ func narrowed(c Command, err error) (Command, bool) {
 // connection, and the rider's commands (guarded), which must follow the
 // command to vouch for the memory it found. Both go with c as one
 // pipeline: a script as EVALSHA (EVAL while its digest is unknown), then
-// with EVAL (and a second WAIT) after NOSCRIPT, and in its single-key form after TRYAGAIN (narrowed); each
-// resend's WAIT has what is left of the call's time. On a Redis Cluster node the pipeline goes to the master of c's
+// with EVAL (and a second WAIT) after NOSCRIPT, and in its single-key
+// form after TRYAGAIN (narrowed); each resend's WAIT has what is left of
+// the call's time. On a Redis Cluster node the pipeline goes to the master of c's
 // slot and follows its MOVED and ASK redirections itself (see
 // clusterRoute), since it bypasses the ClusterClient's own.
 func (d *Direct[R]) sendPaired(ctx context.Context, c Command, w *Wait, guarded bool) Reply {

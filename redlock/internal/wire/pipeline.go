@@ -43,8 +43,8 @@ import (
 //     delivered straight into the round's vote.
 //   - Order per key across a lost script cache too. A script goes as
 //     EVALSHA once a server named its digest (as EVAL before: see Script).
-//     A node that lost its scripts answers EVALSHA with NOSCRIPT; commands behind it in the same
-//     batch have run by then. So from the first NOSCRIPT on a key, that
+//     A node that lost its scripts answers EVALSHA with NOSCRIPT; commands
+//     behind it in the same batch have run by then. So from the first NOSCRIPT on a key, that
 //     command and every later one on the key in the batch run again, in
 //     order, before the key is let go (scripts as EVAL); a command that
 //     names several keys and runs again does so before every later command
