@@ -27,10 +27,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlock/redlock/internal/hashtag"
+	"github.com/redlock/redlock/internal/luascript"
 )
 
 // ErrStaleToken means the resource has already accepted a higher token: the
@@ -46,14 +48,29 @@ var ErrNoToken = errors.New("fence: token 0: the lease has no fencing token (set
 // tokenRecordSuffix ends the name of every key that keeps a token record.
 const tokenRecordSuffix = ":fence-token"
 
+// The guard's scripts. They go by the digest a server named (EVALSHA),
+// as EVAL until one has: the first use loads them in the background
+// (SCRIPT LOAD), once per process. The client computes no SHA-1, so that
+// the package works in Go's FIPS 140-3 "only" mode (GODEBUG=fips140=only),
+// where go-redis's redis.NewScript panics (see internal/luascript).
 var (
 	//go:embed set.lua
 	setLua    string
-	setScript = redis.NewScript(setLua)
+	setScript = luascript.New(setLua)
 	//go:embed get.lua
 	getLua    string
-	getScript = redis.NewScript(getLua)
+	getScript = luascript.New(getLua)
 )
+
+// learnTimeout bounds the SCRIPT LOAD that learns a script's digest, which
+// no call waits for.
+const learnTimeout = 10 * time.Second
+
+// run runs s on keys with args through the guard's client.
+func (g *Redis) run(ctx context.Context, s *luascript.Script, keys []string, args ...any) *redis.Cmd {
+	s.LearnSoon(ctx, g.client, learnTimeout) // nothing once the digest is known
+	return s.Run(ctx, g.client, keys, args...)
+}
 
 // Redis guards values stored in Redis: each key keeps, beside it (same hash
 // slot), the highest token accepted for it.
@@ -75,7 +92,7 @@ func (g *Redis) Set(ctx context.Context, key string, value any, token uint64) er
 	if err != nil {
 		return err
 	}
-	ok, err := setScript.Run(ctx, g.client, []string{key, tk}, value, pad(token)).Int64()
+	ok, err := g.run(ctx, setScript, []string{key, tk}, value, pad(token)).Int64()
 	if err != nil {
 		return fmt.Errorf("fence: set %q: %w", key, err)
 	}
@@ -101,7 +118,7 @@ func (g *Redis) Get(ctx context.Context, key string, token uint64) (value string
 	if err != nil {
 		return "", false, err
 	}
-	reply, err := getScript.Run(ctx, g.client, []string{key, tk}, pad(token)).Slice()
+	reply, err := g.run(ctx, getScript, []string{key, tk}, pad(token)).Slice()
 	if err != nil {
 		return "", false, fmt.Errorf("fence: get %q: %w", key, err)
 	}

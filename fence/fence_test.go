@@ -16,11 +16,12 @@ import (
 
 	"github.com/redlock/redlock/clock"
 	"github.com/redlock/redlock/fence"
+	"github.com/redlock/redlock/internal/redistest"
 	"github.com/redlock/redlock/redlock"
 )
 
 func TestRedisGuard(t *testing.T) {
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { c.Close() })
 	g := fence.NewRedis(c)
@@ -57,7 +58,7 @@ func TestRedisGuard(t *testing.T) {
 func TestRedisGuardedReadModifyWrite(t *testing.T) {
 	for _, fencedRead := range []bool{false, true} {
 		t.Run(map[bool]string{false: "write fenced only", true: "read fenced too"}[fencedRead], func(t *testing.T) {
-			m := miniredis.RunT(t)
+			m := redistest.Miniredis(t)
 			c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 			t.Cleanup(func() { c.Close() })
 			g := fence.NewRedis(c)
@@ -202,7 +203,7 @@ func TestPausedHolderIsFencedOff(t *testing.T) {
 	var servers []*miniredis.Miniredis
 	var nodes []redlock.Node
 	for range 5 {
-		m := miniredis.RunT(t)
+		m := redistest.Miniredis(t)
 		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 		t.Cleanup(func() { c.Close() })
 		servers, nodes = append(servers, m), append(nodes, c)
@@ -215,7 +216,7 @@ func TestPausedHolderIsFencedOff(t *testing.T) {
 	b, err := redlock.New(nodes, &redlock.Options{Fencing: true, NodeTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	require.NoError(t, b.TrustNodes(t.Context())) // new servers, no locks
-	storage := miniredis.RunT(t)
+	storage := redistest.Miniredis(t)
 	sc := redis.NewClient(&redis.Options{Addr: storage.Addr()})
 	t.Cleanup(func() { sc.Close() })
 	guard := fence.NewRedis(sc)
@@ -290,7 +291,7 @@ func TestRedisGuardFailedGetRecordsNothing(t *testing.T) {
 // newRedisGuard returns an in-process Redis and a guard writing to it.
 func newRedisGuard(t *testing.T) (*miniredis.Miniredis, *fence.Redis) {
 	t.Helper()
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { c.Close() })
 	return m, fence.NewRedis(c)

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -126,7 +125,7 @@ func TestNodeErrorsCarryTheAuthFailure(t *testing.T) {
 		for _, c := range []struct{ password, want string }{{"wrong", "WRONGPASS"}, {"", "NOAUTH"}} {
 			var nodes []redlock.Node
 			for range 3 {
-				m := miniredis.RunT(t)
+				m := redistest.Miniredis(t)
 				m.RequireAuth("secret")
 				nodes = append(nodes, redis.NewClient(&redis.Options{Addr: m.Addr(), Password: c.password}))
 			}

@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"crypto/fips140"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,7 +19,7 @@ func Example() {
 	// Three independent Redis masters; in-process servers stand in for them here.
 	var nodes []redlock.Node
 	for range 3 {
-		srv, _ := miniredis.Run()
+		srv, _ := startRedis()
 		defer srv.Close()
 		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: srv.Addr()}))
 	}
@@ -68,9 +69,9 @@ func Example() {
 
 // Warm reports, per node, what keeps a node from being ready.
 func ExampleLocker_Warm() {
-	up, _ := miniredis.Run()
+	up, _ := startRedis()
 	defer up.Close()
-	down, _ := miniredis.Run()
+	down, _ := startRedis()
 	downAddr := down.Addr()
 	down.Close() // now refuses connections
 	locker, _ := redlock.New([]redlock.Node{
@@ -103,7 +104,7 @@ var (
 // channel that another goroutine drains, and counts what it had to drop
 // when that goroutine falls behind, rather than slow the lock down.
 func ExampleObserver() {
-	srv, _ := miniredis.Run()
+	srv, _ := startRedis()
 	defer srv.Close()
 	events := make(chan redlock.Event, 1024)
 	var dropped atomic.Int64
@@ -150,7 +151,7 @@ func ExampleObserver() {
 func ExampleLocker_Inspect() {
 	var nodes []redlock.Node
 	for range 3 {
-		srv, _ := miniredis.Run()
+		srv, _ := startRedis()
 		defer srv.Close()
 		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: srv.Addr()}))
 	}
@@ -181,7 +182,7 @@ func ExampleLocker_Inspect() {
 func ExampleLocker_TryLockMulti() {
 	var nodes []redlock.Node
 	for range 3 {
-		srv, _ := miniredis.Run()
+		srv, _ := startRedis()
 		defer srv.Close()
 		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: srv.Addr()}))
 	}
@@ -212,7 +213,7 @@ func ExampleLocker_TryLockMulti() {
 func ExampleLocker_Resume() {
 	var addrs []string
 	for range 3 {
-		srv, _ := miniredis.Run()
+		srv, _ := startRedis()
 		defer srv.Close()
 		addrs = append(addrs, srv.Addr())
 	}
@@ -263,7 +264,7 @@ func ExampleLocker_Resume() {
 func ExampleLocker_Lock() {
 	var nodes []redlock.Node
 	for range 3 {
-		srv, _ := miniredis.Run()
+		srv, _ := startRedis()
 		defer srv.Close()
 		nodes = append(nodes, redis.NewClient(&redis.Options{Addr: srv.Addr()}))
 	}
@@ -311,4 +312,17 @@ func ExampleNew_cluster() {
 		return
 	}
 	_ = locker // locker.TryLockMulti(ctx, []string{"{acct}:1", "{acct}:2"}, ttl), ...
+}
+
+// startRedis starts an in-process Redis server (miniredis) for an example;
+// a deployment's servers are other processes. It is started inside
+// crypto/fips140.WithoutEnforcement, whose bypass its goroutines inherit:
+// a Redis server names the scripts it caches by their SHA-1, which the
+// library never computes, so that the examples run under
+// GODEBUG=fips140=only too (see the redlock package's Example_fips140Only).
+func startRedis() (*miniredis.Miniredis, error) {
+	var srv *miniredis.Miniredis
+	var err error
+	fips140.WithoutEnforcement(func() { srv, err = miniredis.Run() })
+	return srv, err
 }

@@ -1,5 +1,12 @@
 package redlock
 
+import (
+	"context"
+	"fmt"
+
+	"github.com/redlock/redlock/redlock/internal/wire"
+)
+
 // Waiting is how many Lock calls of l wait for key in its queue (package waitq),
 // for the tests of waiting.
 func Waiting(l *Locker, key string) int { return l.turns.Waiting(key) }
@@ -71,4 +78,32 @@ func Reseal(h Handle) Handle {
 func TrustNewNodesUnconditionally() (restore func()) {
 	unconditionalTrust.Store(true)
 	return func() { unconditionalTrust.Store(false) }
+}
+
+// scripts are every script the coordinator sends (Warm loads some of them:
+// warmScripts).
+var scripts = []*wire.Script{releaseScript, joinScript, extendScript, revokeScript, inspectScript, checkScript,
+	acquireFencedScript, fenceScript, recordScript, acquireMultiScript, releaseMultiScript, extendMultiScript,
+	checkMultiScript, fenceMultiScript, resumeScript}
+
+// LearnScripts records the digest n names for every script the
+// coordinator sends (SCRIPT LOAD), as Warm does for those it loads: the
+// process then stands where one that has used every script stands.
+func LearnScripts(ctx context.Context, n Node) error {
+	for _, s := range scripts {
+		if err := s.Learn(ctx, n); err != nil {
+			return fmt.Errorf("SCRIPT LOAD of the %s script: %w", s.Name, err)
+		}
+	}
+	return nil
+}
+
+// ScriptDigests is every script's digest, "" where none is known, by
+// name.
+func ScriptDigests() map[string]string {
+	d := make(map[string]string, len(scripts))
+	for _, s := range scripts {
+		d[s.Name] = s.Digest()
+	}
+	return d
 }

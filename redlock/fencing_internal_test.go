@@ -9,6 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/internal/redistest"
 )
 
 func miniNodes(t *testing.T, n int) ([]*miniredis.Miniredis, []Node) {
@@ -16,7 +18,7 @@ func miniNodes(t *testing.T, n int) ([]*miniredis.Miniredis, []Node) {
 	var servers []*miniredis.Miniredis
 	var nodes []Node
 	for range n {
-		m := miniredis.RunT(t)
+		m := redistest.Miniredis(t)
 		_ = m.Set("redlock:memory", "0 ?") // trusted: see trust in helpers_test.go
 		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 		t.Cleanup(func() { c.Close() })

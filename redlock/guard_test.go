@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/alicebob/miniredis/v2/server"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/redlock/redlock/clock"
 	"github.com/redlock/redlock/internal/hashtag"
+	"github.com/redlock/redlock/internal/redistest"
 	"github.com/redlock/redlock/redlock"
 )
 
@@ -630,7 +630,7 @@ func TestGuardChecksForANewProcessInEveryBatch(t *testing.T) {
 				examines.Store(0)
 
 				m.Close()
-				require.NoError(t, m.Restart())
+				require.NoError(t, redistest.Restart(m))
 				count()
 				require.NoError(t, other.ScriptFlush(ctx).Err()) // a new process: its cache is empty
 				cycles(5)
@@ -719,7 +719,7 @@ func TestLockersKeepTheLongestMaxTTLAfterAMemoryLoss(t *testing.T) {
 // A *redis.Ring of several shards is refused with the guard on: the
 // marker would live on one shard while lock keys hash to the others.
 func TestRingOfShardsNeedsNoQuarantine(t *testing.T) {
-	a, b := miniredis.RunT(t), miniredis.RunT(t)
+	a, b := redistest.Miniredis(t), redistest.Miniredis(t)
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": a.Addr(), "b": b.Addr()}})
 	t.Cleanup(func() { ring.Close() })
 	_, err := redlock.New([]redlock.Node{ring}, nil)
@@ -748,7 +748,7 @@ func TestTrustNodesKeepsTheLongestDeclaredMaxTTL(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := t.Context()
-			m := miniredis.RunT(t)
+			m := redistest.Miniredis(t)
 			node := tt.node(m.Addr())
 			t.Cleanup(func() { node.(interface{ Close() error }).Close() })
 			long := newLocker(t, []redlock.Node{node}, &redlock.Options{MaxTTL: time.Hour})

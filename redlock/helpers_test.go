@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlock/redlock/internal/faultnet"
+	"github.com/redlock/redlock/internal/redistest"
 	"github.com/redlock/redlock/redlock"
 )
 
@@ -27,7 +28,7 @@ func newCluster(t testing.TB, n int) *cluster {
 	t.Helper()
 	c := &cluster{}
 	for range n {
-		m := miniredis.RunT(t)
+		m := redistest.Miniredis(t)
 		trust(m)
 		c.servers = append(c.servers, m)
 		c.clients = append(c.clients, newClient(t, m.Addr()))

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlock/redlock/internal/redistest"
 	"github.com/redlock/redlock/redlock"
 )
 
@@ -220,7 +221,7 @@ func TestDuplicateNodeCountsOnceItsPairMovesAway(t *testing.T) {
 	require.NoError(t, l.TrustNodes(ctx))
 	require.ErrorIs(t, l.Health()[1].Duplicate, redlock.ErrDuplicateNode)
 
-	other := miniredis.RunT(t)
+	other := redistest.Miniredis(t)
 	sayRunID(other, runIDOf(7))
 	require.NoError(t, other.Set("redlock:memory", "0 "+runIDOf(7)), "trusted, for the run_id it says")
 	moved.to(newClient(t, other.Addr()))

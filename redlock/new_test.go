@@ -4,9 +4,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlock/redlock/internal/redistest"
 	"github.com/redlock/redlock/redlock"
 )
 
@@ -17,7 +17,7 @@ import (
 // WaitReplicas. (Found by a review of the transport's move to
 // internal/wire, which had moved the WAIT check first.)
 func TestNewChecksInOrder(t *testing.T) {
-	m1, m2 := miniredis.RunT(t), miniredis.RunT(t)
+	m1, m2 := redistest.Miniredis(t), redistest.Miniredis(t)
 	c1 := redis.NewClient(&redis.Options{Addr: m1.Addr()})
 	t.Cleanup(func() { c1.Close() })
 	wrapper := struct{ redlock.Node }{c1} // not a *redis.Client: no WAIT

@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock/redlock/internal/redistest"
 )
 
 // TestWaitsAreNeverNegativeForAnyOptions is the property behind the
@@ -18,7 +19,7 @@ import (
 // so that a setting meant as "no limit" (a RetryDelay of math.MaxInt64 that
 // relies on wake-ups) waits long instead of spinning.
 func TestWaitsAreNeverNegativeForAnyOptions(t *testing.T) {
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	node := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { node.Close() })
 	r := rand.New(rand.NewPCG(43, 5))
@@ -63,7 +64,7 @@ func TestWaitsAreNeverNegativeForAnyOptions(t *testing.T) {
 // and names the bound, rather than a quarantine that overflows into the
 // past; the limit itself is accepted.
 func TestMaxTTLAboveItsLimitIsRefused(t *testing.T) {
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	node := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { node.Close() })
 	for _, maxTTL := range []time.Duration{MaxTTLLimit + time.Millisecond, 290 * 365 * 24 * time.Hour, math.MaxInt64} {

@@ -62,7 +62,7 @@ func submitDo(n node, args ...any) (submitted, bool) {
 
 // errors.Is works through a QuorumError for a refused pipelined call.
 func TestPipelineRefusalIsReported(t *testing.T) {
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	_ = m.Set("redlock:memory", "0 ?") // trusted: see trust in helpers_test.go
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { client.Close() })
@@ -103,7 +103,7 @@ func heldNodes(t *testing.T, opts *Options) (servers []*miniredis.Miniredis, cli
 	hooks := &redistest.Batches{Hold: make(chan struct{})}
 	var nodes []Node
 	for i := range 3 {
-		m := miniredis.RunT(t)
+		m := redistest.Miniredis(t)
 		_ = m.Set("redlock:memory", "0 ?") // trusted: see trust in helpers_test.go
 		c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 		t.Cleanup(func() { c.Close() })
@@ -199,7 +199,7 @@ func (h hungNode) Do(ctx context.Context, args ...any) *redis.Cmd {
 // wire.ErrNodeTimeout, which callers can tell from their own deadline: it does not
 // match context.DeadlineExceeded. The caller's own deadline still does.
 func TestNodeTimeoutIsNotTheCallersDeadline(t *testing.T) {
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	_ = m.Set("redlock:memory", "0 ?") // trusted: see trust in helpers_test.go
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { client.Close() })
@@ -317,7 +317,7 @@ func TestErrorRepliesAreReadByGoRedis(t *testing.T) {
 	for _, guarded := range []bool{true, false} {
 		t.Run(fmt.Sprintf("guarded=%v", guarded), func(t *testing.T) {
 			ctx := t.Context()
-			m := miniredis.RunT(t)
+			m := redistest.Miniredis(t)
 			_ = m.Set("redlock:memory", "0 ?")
 			var readOnly atomic.Bool
 			m.Server().SetPreHook(func(p *server.Peer, cmd string, args ...string) bool {

@@ -14,7 +14,10 @@ import (
 // Warm readies every node for a first acquisition that is as fast as the
 // ones after it: it dials each node (TCP, the TLS handshake, and the client's
 // HELLO and AUTH, several round trips in all) and loads the library's Lua
-// scripts there. Call it after New and before the first TryLock, Lock or Do.
+// scripts there, recording the digest each node names for them, so that
+// they go by digest (EVALSHA) from the first call: the library computes no
+// digest itself (see docs/operations.md, Go's FIPS 140-3 mode). Call it
+// after New and before the first TryLock, Lock or Do.
 //
 // Why: every call to a node is bounded by NodeTimeout, which is sized for
 // one round trip of a command. A new Locker's first acquisition would
@@ -26,8 +29,9 @@ import (
 // ends. It returns nil when every node is ready, and otherwise a *WarmError
 // that lists each node's result. A Locker whose nodes are partly warm works
 // (a cold node dials on first use, as without Warm), so the error is for
-// reporting: a node that cannot be reached, a TLS or AUTH failure, or a user
-// not allowed SCRIPT LOAD, named now rather than at the first lock.
+// reporting: a node that cannot be reached, a TLS or AUTH failure, a user
+// not allowed SCRIPT LOAD, or a node that names a script otherwise than
+// the others did, named now rather than at the first lock.
 //
 // Warm also asks each node which server answers (INFO server's run_id; on
 // a Redis Cluster node, every master's), with or without the node guard:
@@ -104,7 +108,9 @@ collect:
 var warmScripts = []*wire.Script{releaseScript, joinScript, extendScript, checkScript, acquireFencedScript, fenceScript, recordScript}
 
 // warm dials the node and loads the scripts, so that neither a handshake
-// nor a NOSCRIPT round trip falls on a lock's first call. A *redis.Client
+// nor a NOSCRIPT round trip falls on a lock's first call, and records
+// their digests as the node names them, so that the scripts go by digest
+// (EVALSHA) from the first call. A *redis.Client
 // gets as many connections as its MinIdleConns asks for (at least one),
 // held together so that each is a separate one, then returned to its pool
 // idle.
@@ -113,12 +119,14 @@ func (n node) warm(ctx context.Context) error {
 		return fmt.Errorf("PING: %w", reply.Denied("PING", err))
 	}
 	for _, s := range warmScripts {
-		sha, err := n.ScriptLoad(ctx, s.Src).Result()
+		digest, err := n.ScriptLoad(ctx, s.Src).Result()
 		if err != nil {
 			return fmt.Errorf("SCRIPT LOAD: %w", reply.Denied("SCRIPT LOAD of the "+s.Name+" script", err))
 		}
-		if !strings.EqualFold(sha, s.Hash()) {
-			return fmt.Errorf("SCRIPT LOAD: the node named the script %s, not its SHA-1 %s", sha, s.Hash())
+		// The node's answer is the script's digest from now on (the client
+		// computes none: see wire.Script); every node must agree on it.
+		if err := s.Record(digest); err != nil {
+			return fmt.Errorf("SCRIPT LOAD of the %s script: %w", s.Name, err)
 		}
 	}
 	// The node guard examines the node now rather than on the first lock.

@@ -13,8 +13,8 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	redsyncredis "github.com/go-redsync/redsync/v4/redis"
 	redsyncgoredis "github.com/go-redsync/redsync/v4/redis/goredis/v9"
-	"github.com/redis/go-redis/v9"
 
+	"github.com/redlock/redlock/internal/luascript"
 	"github.com/redlock/redlock/redlock"
 )
 
@@ -287,8 +287,11 @@ func lockerCycle(l *redlock.Locker, cfg config, classify func(error) outcome) cy
 	}
 }
 
-// rawRelease is the compare-and-delete every single-node lock needs.
-var rawRelease = redis.NewScript(`if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`)
+// rawReleaseLua is the compare-and-delete every single-node lock needs.
+// It goes by the digest the node names (newRaw loads it), as the library's
+// scripts do: a package-level redis.NewScript would compute its SHA-1 when
+// the program starts, which panics under GODEBUG=fips140=only.
+const rawReleaseLua = `if redis.call("GET", KEYS[1]) == ARGV[1] then return redis.call("DEL", KEYS[1]) end return 0`
 
 // newRaw is the floor any lock pays: SET NX PX and a compare-and-delete on
 // one node, the third-fastest (with -node-latency), so that it is compared
@@ -305,6 +308,8 @@ func newRaw(ctx context.Context, d *deployment, cfg config) *impl {
 		idx = order[min(2, len(order)-1)]
 	}
 	c := clients[idx]
+	rawRelease := luascript.New(rawReleaseLua)
+	_ = rawRelease.Learn(ctx, c) // else it goes as EVAL, and a failing node shows in the cycles
 	return &impl{
 		name:  "raw",
 		about: fmt.Sprintf("single node %d: SET NX PX + compare-and-delete (the floor)", idx),

@@ -127,6 +127,11 @@
 // client was granted a lock: what a fault cost in availability. The exit
 // status is non-zero on bad flags or failure.
 //
+// It runs in Go's FIPS 140-3 "only" mode too (GODEBUG=fips140=only
+// go run ./cmd/redlock-bench), where SHA-1 panics: no client here computes
+// a script's digest, and the in-process nodes, which stand in for Redis
+// servers, compute theirs inside crypto/fips140.WithoutEnforcement.
+//
 // This command is a module of its own (cmd/redlock-bench/go.mod), so that
 // etcd, its gRPC and redsync stay out of the library's module graph; the
 // repository's go.work lets `go run ./cmd/redlock-bench` work from the root.

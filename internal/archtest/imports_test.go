@@ -24,8 +24,10 @@ const goRedis = "github.com/redis/go-redis/v9"
 //     only.
 //   - redlock/internal/reply reads what a node says (ACL refusals, INFO,
 //     redirections): go-redis only.
-//   - redlock/internal/wire, the transport: go-redis, reply and drift (its
-//     saturating sums); never the
+//   - internal/luascript runs a script by the digest a server named
+//     (Go's FIPS 140-3 mode forbids computing SHA-1): go-redis only.
+//   - redlock/internal/wire, the transport: go-redis, reply, luascript
+//     and drift (its saturating sums); never the
 //     coordinator nor the guard. It knows what a command is, not what a
 //     lock is.
 //   - redlock/internal/guard, the node guard's engine: the transport's
@@ -42,12 +44,13 @@ var allowed = map[string][]string{
 	"drift":                   nil,
 	"quorum":                  nil,
 	"redlock/internal/reply":  {goRedis},
-	"redlock/internal/wire":   {"redlock/internal/reply", "drift", goRedis},
-	"redlock/internal/guard":  {"redlock/internal/wire", "redlock/internal/reply", "clock", "drift", "internal/hashtag", goRedis},
+	"internal/luascript":      {goRedis},
+	"redlock/internal/wire":   {"redlock/internal/reply", "internal/luascript", "drift", goRedis},
+	"redlock/internal/guard":  {"redlock/internal/wire", "redlock/internal/reply", "internal/luascript", "clock", "drift", "internal/hashtag", goRedis},
 	"redlock/internal/waitq":  nil,
 	"redlock/internal/notice": {"internal/hashtag", goRedis},
 	"redlock":                 {"clock", "drift", "quorum", "internal/hashtag", "redlock/internal/wire", "redlock/internal/guard", "redlock/internal/reply", "redlock/internal/waitq", "redlock/internal/notice", goRedis},
-	"fence":                   {"internal/hashtag", goRedis},
+	"fence":                   {"internal/hashtag", "internal/luascript", goRedis},
 	"internal/nodeflag":       {goRedis},
 }
 

@@ -11,11 +11,13 @@
 // answers: PTTL of the marker counts down to an absolute expiry 150 years
 // after the server started, so that the expiry minus the PTTL tells the
 // time; GET finds the marker "0 ?" (trusted: see redlock.Locker.TrustNodes);
-// SCRIPT EXISTS finds the script; TIME tells the time; and a script on the
-// marker key (the guard's examination) returns the marker, the time, the
-// expiry and PTTL, the time, the marker as found, and that the node does
-// not evict. Replies to a pipeline go out in one write,
-// as Redis sends them.
+// SCRIPT EXISTS finds the script; SCRIPT LOAD names every script by one
+// stand-in digest (fakeredis runs no Lua, and answers any EVALSHA); TIME
+// tells the time; and a script on the marker key (the guard's
+// examination) returns the marker, the time, the expiry and PTTL, the
+// time, the marker as found, that the node does not evict, and the
+// stand-in digest. Replies to a pipeline go out in one write, as Redis
+// sends them.
 package fakeredis
 
 import (
@@ -99,16 +101,18 @@ func Serve(c net.Conn) error {
 func serve(c net.Conn, expiry int64) error {
 	r := bufio.NewReader(c)
 	w := bufio.NewWriter(c)
-	var name, key, scratch []byte
+	var name, sub, key, scratch []byte
 	for {
 		var err error
-		if name, key, err = readCommand(r, name[:0], key[:0]); err != nil {
+		if name, sub, key, err = readCommand(r, name[:0], sub[:0], key[:0]); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
 			}
 			return err
 		}
 		switch out := reply(name); {
+		case out == scriptReply && string(sub) == "load":
+			w.WriteString(digestReply)
 		case out == timeReply:
 			scratch = appendTime(scratch[:0], "*2\r\n")
 			w.Write(scratch)
@@ -116,12 +120,13 @@ func serve(c net.Conn, expiry int64) error {
 			scratch = appendPTTL(scratch[:0], expiry)
 			w.Write(scratch)
 		case out == evalReply && string(key) == markerKey:
-			scratch = appendTime(append(scratch[:0], "*9\r\n$3\r\n0 ?\r\n"...), "")
+			scratch = appendTime(append(scratch[:0], "*10\r\n$3\r\n0 ?\r\n"...), "")
 			scratch = append(scratch, ':')
 			scratch = strconv.AppendInt(scratch, expiry, 10)
 			scratch = appendPTTL(append(scratch, "\r\n"...), expiry)
 			scratch = appendTime(scratch, "")
 			scratch = append(scratch, "$3\r\n0 ?\r\n:0\r\n"...) // found, and evicts: no
+			scratch = append(scratch, digestReply...)
 			w.Write(scratch)
 		default:
 			w.WriteString(out)
@@ -142,10 +147,16 @@ const markerKey = "redlock:memory"
 
 // Replies that serve completes.
 const (
-	timeReply = "time"
-	pttlReply = "pttl"
-	evalReply = ":1\r\n"
+	timeReply   = "time"
+	pttlReply   = "pttl"
+	evalReply   = ":1\r\n"
+	scriptReply = "*1\r\n:1\r\n" // SCRIPT EXISTS; SCRIPT LOAD gets digestReply
 )
+
+// digestReply names every script (SCRIPT LOAD, the examination's own
+// digest): a stand-in, since fakeredis runs no Lua and answers any
+// EVALSHA. It is no script's SHA-1.
+const digestReply = "$40\r\nfa4e0000000000000000000000000000000000fa\r\n"
 
 // appendPTTL appends the marker's PTTL now, as an integer reply.
 func appendPTTL(b []byte, expiry int64) []byte {
@@ -171,12 +182,7 @@ func appendTime(b []byte, head string) []byte {
 }
 
 func reply(name []byte) string {
-	for i, c := range name { // ASCII lower case, in place
-		if 'A' <= c && c <= 'Z' {
-			name[i] = c + 'a' - 'A'
-		}
-	}
-	switch string(name) {
+	switch string(lower(name)) {
 	case "hello":
 		return "-ERR unknown command 'HELLO'\r\n"
 	case "set":
@@ -188,7 +194,7 @@ func reply(name []byte) string {
 	case "get":
 		return "$3\r\n0 ?\r\n"
 	case "script":
-		return "*1\r\n:1\r\n"
+		return scriptReply
 	case "time":
 		return timeReply
 	case "pttl":
@@ -198,34 +204,48 @@ func reply(name []byte) string {
 }
 
 // readCommand reads one command (an array of bulk strings) and appends its
-// name to name, and its fourth argument (a script's first key) to key when
-// it is short.
-func readCommand(r *bufio.Reader, name, key []byte) ([]byte, []byte, error) {
+// name to name, its second argument (a subcommand: SCRIPT LOAD) to sub
+// when it is short, and its fourth argument (a script's first key) to key
+// when it is short.
+func readCommand(r *bufio.Reader, name, sub, key []byte) ([]byte, []byte, []byte, error) {
 	n, err := readHeader(r, '*')
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	for i := range n {
 		size, err := readHeader(r, '$')
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
-		if i == 0 || i == 3 && size <= len(markerKey) { // short: they fit the buffer
+		if i == 0 || i == 1 && size <= 6 || i == 3 && size <= len(markerKey) { // short: they fit the buffer
 			b, err := r.Peek(size + 2)
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
-			if i == 0 {
+			switch i {
+			case 0:
 				name = append(name, b[:size]...)
-			} else {
+			case 1:
+				sub = lower(append(sub, b[:size]...))
+			default:
 				key = append(key, b[:size]...)
 			}
 		}
 		if _, err := r.Discard(size + 2); err != nil { // the argument and its CRLF
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
-	return name, key, nil
+	return name, sub, key, nil
+}
+
+// lower turns b's ASCII letters to lower case, in place.
+func lower(b []byte) []byte {
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return b
 }
 
 func readHeader(r *bufio.Reader, kind byte) (int, error) {

@@ -27,6 +27,12 @@ func TestCannedReplies(t *testing.T) {
 	if n, err := c.EvalSha(ctx, "0123", []string{"k"}, "v").Int64(); err != nil || n != 1 {
 		t.Errorf("EVALSHA: %d, %v", n, err)
 	}
+	if d, err := c.ScriptLoad(ctx, "return 1").Result(); err != nil || len(d) != 40 {
+		t.Errorf("SCRIPT LOAD: %q, %v; want a stand-in digest", d, err)
+	}
+	if found, err := c.ScriptExists(ctx, "0123").Result(); err != nil || len(found) != 1 || !found[0] {
+		t.Errorf("SCRIPT EXISTS: %v, %v", found, err)
+	}
 	if left, err := c.PTTL(ctx, "redlock:memory").Result(); err != nil || left < 100*365*24*time.Hour {
 		t.Errorf("PTTL of the marker: %v, %v; want a century or more", left, err)
 	}

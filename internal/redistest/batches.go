@@ -1,8 +1,9 @@
 // Package redistest holds go-redis helpers for the module's tests: a hook
 // that shows how a client's commands went out and can hold them (Batches),
 // a server's error reply as go-redis reads it (ServerError), a node whose
-// slot migrates (MigratingSlot), and an address that refuses connections
-// (RefusingAddr).
+// slot migrates (MigratingSlot), an address that refuses connections
+// (RefusingAddr), and a miniredis server hosted for Go's FIPS 140-3 "only"
+// mode (Miniredis).
 package redistest
 
 import (

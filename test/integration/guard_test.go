@@ -53,9 +53,9 @@ func TestNodeGuardOnRealServers(t *testing.T) {
 	})
 	require.GreaterOrEqual(t, time.Since(firstUse), maxTTL-time.Second, "the first use's quarantine lasted MaxTTL")
 	require.NoError(t, lease.Unlock(ctx))
-	// Settled before the count begins: the first release's EVALSHA meets an
-	// empty script cache (NOSCRIPT), and a SET batched behind it would run
-	// again with it, counted twice against one set of companions.
+	// Settled before the count begins: the first release's EVALSHA may meet
+	// an empty script cache (NOSCRIPT), and a SET batched behind it would
+	// run again with it, counted twice against one set of companions.
 	drain(t, l)
 
 	// In the steady state the guard's companions are PTTL of its marker and

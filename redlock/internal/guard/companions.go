@@ -39,8 +39,9 @@ var (
 	pttlMarkerArgs = []any{"pttl", markerKey}
 	getMarkerArgs  = []any{"get", markerKey}
 	timeArgs       = []any{"time"}
-	// unprovenExistsArgs asks of the examine script itself, no copy's proof.
-	unprovenExistsArgs = []any{"script", "exists", examineScript.Hash()}
+	// unprovenExistsArgs asks of no script (no copy's proof yet): its reply
+	// is not read, only whether the node allows SCRIPT EXISTS.
+	unprovenExistsArgs = []any{"script", "exists", "0000000000000000000000000000000000000000"}
 )
 
 func (g *Guard) companions(ctx context.Context, marker string) Companions {

@@ -37,8 +37,14 @@ type scriptedNode struct {
 
 func (n *scriptedNode) nodeNow() time.Time { return time.Now().Add(n.offset) }
 
-func (n *scriptedNode) examine(ctx context.Context) *redis.Cmd {
+// examine answers an examination; a new copy (sent, as EVAL, its own
+// source) names its digest, a stand-in distinct for each.
+func (n *scriptedNode) examine(ctx context.Context, newCopy bool) *redis.Cmd {
 	n.examined++
+	digest := any(nil)
+	if newCopy {
+		digest = fmt.Sprintf("%040x", n.examined)
+	}
 	found := any(nil) // examine.lua found no marker
 	if n.marker != "" {
 		found = n.marker
@@ -51,17 +57,17 @@ func (n *scriptedNode) examine(ctx context.Context) *redis.Cmd {
 	at := n.nodeNow()
 	cmd := redis.NewCmd(ctx)
 	// {marker, seconds, microseconds, expiry (-3: not read), pttl,
-	// seconds, microseconds, found, evicts}
-	cmd.SetVal([]any{n.marker, at.Unix(), int64(at.Nanosecond() / 1000), int64(-3), int64(-1), at.Unix(), int64(at.Nanosecond() / 1000), found, int64(0)})
+	// seconds, microseconds, found, evicts, digest}
+	cmd.SetVal([]any{n.marker, at.Unix(), int64(at.Nanosecond() / 1000), int64(-3), int64(-1), at.Unix(), int64(at.Nanosecond() / 1000), found, int64(0), digest})
 	return cmd
 }
 
 func (n *scriptedNode) Eval(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
-	return n.examine(ctx)
+	return n.examine(ctx, true)
 }
 
 func (n *scriptedNode) EvalSha(ctx context.Context, _ string, _ []string, _ ...any) *redis.Cmd {
-	return n.examine(ctx)
+	return n.examine(ctx, false)
 }
 
 func (n *scriptedNode) EvalRO(ctx context.Context, s string, k []string, a ...any) *redis.Cmd {

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/redlock/redlock/clock"
 	"github.com/redlock/redlock/drift"
+	"github.com/redlock/redlock/internal/redistest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -22,7 +22,7 @@ type evictsScripter struct {
 }
 
 func (e *evictsScripter) fix(cmd *redis.Cmd) *redis.Cmd {
-	if res, err := cmd.Slice(); err == nil && len(res) == 9 && e.evicts.Load() {
+	if res, err := cmd.Slice(); err == nil && len(res) == 10 && e.evicts.Load() {
 		res[8] = int64(1)
 		cmd.SetVal(res)
 	}
@@ -67,7 +67,7 @@ func sendCompanions(t *testing.T, c *redis.Client, cs Companions) (time.Time, ti
 // the batch without the eviction companion the new state requires, and
 // without examining again.
 func TestStaleCompanionsJudgedByANewerState(t *testing.T) {
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { _ = c.Close() })
 	g := testGuard(time.Second)

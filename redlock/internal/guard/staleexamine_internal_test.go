@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/internal/redistest"
 )
 
 // pausingScripter is an evictsScripter whose next examination, once pause
@@ -47,7 +48,7 @@ func (p *pausingScripter) EvalSha(ctx context.Context, sha string, keys []string
 // while the node may evict: a lock key evicted under volatile-ttl (the
 // marker spared) is granted again and the vote counts.
 func TestOlderExaminationOverwritesNewerNeeds(t *testing.T) {
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { _ = c.Close() })
 	g := testGuard(time.Second)

@@ -4,10 +4,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/internal/redistest"
 )
 
 // TrustIf writes the trusted marker only where the node is as the check
@@ -30,7 +31,7 @@ func TestTrustIfTrustsOnlyWhatTheCheckSaw(t *testing.T) {
 		{"as seen, but keys evicted since", "1700000000000 ? 60000 ? 0 0 0 7", Seen{Marker: "1700000000000 ? 60000 ? 0 0 0 7"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := miniredis.RunT(t)
+			m := redistest.Miniredis(t)
 			c := redis.NewClient(&redis.Options{Addr: m.Addr()})
 			t.Cleanup(func() { c.Close() })
 			if tc.marker != "" {

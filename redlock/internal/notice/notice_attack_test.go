@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock/redlock/internal/redisproc"
+	"github.com/redlock/redlock/internal/redistest"
 	"github.com/redlock/redlock/redlock/internal/notice"
 )
 
@@ -39,7 +39,7 @@ func attackKeys() []string {
 // and never fails, for odd keys; on miniredis (PUBLISH) and on a real
 // Redis 7 (SPUBLISH).
 func TestAttackScriptChannelForOddKeys(t *testing.T) {
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	servers := map[string]string{"miniredis": m.Addr()}
 	if s, err := redisproc.Start(t.Context(), "redis-server"); err == nil {
 		t.Cleanup(func() { s.Close() })
@@ -99,7 +99,7 @@ func TestAttackScriptChannelForOddKeys(t *testing.T) {
 // Listen's subscribe (node.add), leaving a live Listener whose channel is
 // wanted on no node: Ready waits its full timeout and no notice comes.
 func TestAttackListenRacesLastStop(t *testing.T) {
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	c := client(t, m.Addr())
 	var got heard
 	h := notice.New([]notice.Source{notice.Subscribable(c)}, got.deliver, notice.Options{Timeout: time.Second})

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock/redlock/internal/faultnet"
+	"github.com/redlock/redlock/internal/redistest"
 	"github.com/redlock/redlock/redlock/internal/notice"
 )
 
@@ -80,7 +81,7 @@ func client(t *testing.T, addr string) *redis.Client {
 // The release script names the channel as Channel does, for every shape of
 // key: plain, tagged, with an empty tag, and with '}' but no tag (none).
 func TestScriptPublishesOnTheKeysChannel(t *testing.T) {
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	c := client(t, m.Addr())
 	ctx := context.Background()
 	for _, key := range []string{"orders:42", "{user:7}:cart", "a{}b", "x}y", "{}"} {
@@ -110,7 +111,7 @@ func TestScriptPublishesOnTheKeysChannel(t *testing.T) {
 // value (the Locker's own release) and an empty probe are not delivered;
 // the last Stop closes the connection.
 func TestHubDeliversEachReleaseOnce(t *testing.T) {
-	nodes := []*miniredis.Miniredis{miniredis.RunT(t), miniredis.RunT(t), miniredis.RunT(t)}
+	nodes := []*miniredis.Miniredis{redistest.Miniredis(t), redistest.Miniredis(t), redistest.Miniredis(t)}
 	var clients []*redis.Client
 	var sources []notice.Source
 	for _, m := range nodes {
@@ -160,7 +161,7 @@ func TestHubDeliversEachReleaseOnce(t *testing.T) {
 // its confirmation goes while it is down, comes back, and notices flow
 // again.
 func TestHubResubscribesAfterTheConnectionDrops(t *testing.T) {
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	p, err := faultnet.Listen(m.Addr())
 	require.NoError(t, err)
 	t.Cleanup(func() { p.Close() })
@@ -190,7 +191,7 @@ func TestHubWithoutSubscribers(t *testing.T) {
 	h := notice.New([]notice.Source{nil}, func(string, notice.Turn) {}, notice.Options{})
 	assert.Zero(t, h.Nodes())
 	assert.Nil(t, h.Listen("k"))
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	h = notice.New([]notice.Source{notice.Subscribable(client(t, m.Addr()))}, func(string, notice.Turn) {}, notice.Options{})
 	assert.Nil(t, h.Listen("x}y"))
 	var nilListener *notice.Listener
@@ -212,7 +213,7 @@ var joinLua = func() string {
 // releasing Locker's own place is dropped (it held the key); the script
 // says 2 when it named a Locker.
 func TestReleaseNamesTheNextLockerInLine(t *testing.T) {
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	c := client(t, m.Addr())
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
@@ -337,7 +338,7 @@ func listeningOnThree(ctx context.Context, t *testing.T, a *heard, majority int)
 	var clients []*redis.Client
 	var sources []notice.Source
 	for range 3 {
-		c := client(t, miniredis.RunT(t).Addr())
+		c := client(t, redistest.Miniredis(t).Addr())
 		clients = append(clients, c)
 		sources = append(sources, notice.Subscribable(c))
 	}

@@ -12,10 +12,12 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock/redlock/internal/redistest"
 )
 
 func attackHub(t *testing.T) (*Hub, *miniredis.Miniredis) {
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	c := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
 	return New([]Source{Subscribable(c)}, func(string, Turn) {}, Options{Timeout: time.Second}), m

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock/redlock/internal/luascript"
 )
 
 // Node is what the transport needs of a node's client: scripts and plain
@@ -18,14 +20,20 @@ type Node interface {
 	Do(ctx context.Context, args ...any) *redis.Cmd
 }
 
-// Script is a Lua script with its source, which the transport resends in
-// full when a node answers EVALSHA with NOSCRIPT, and what an error says of
-// it.
+// Script is a Lua script with its source, which the transport sends in
+// full (EVAL) until a server has named its digest, and again when a node
+// answers EVALSHA with NOSCRIPT, and what an error says of it.
+//
+// Its digest is learned from a server, never computed (see
+// internal/luascript: Go's FIPS 140-3 "only" mode forbids SHA-1 in the
+// client): Warm records what SCRIPT LOAD answers on every node, and
+// otherwise a Link's first use of the script loads it in the background
+// (Submit). The digest is the source's, the same on every node, so one
+// learned serves every node for the rest of the process.
 type Script struct {
-	*redis.Script
-	Src   string
-	Name  string // as errors name it: "the release script"
-	Calls string // the commands it calls, which the node's ACL must allow
+	*luascript.Script        // Src, Digest, Record, Learn, LearnSoon, Run
+	Name              string // as errors name it: "the release script"
+	Calls             string // the commands it calls, which the node's ACL must allow
 	// SingleKey, if set, returns a command of the script in the form that
 	// names only its first key, and decides nothing the other keys would
 	// have to be read for. Why: a Redis Cluster refuses a command naming
@@ -39,9 +47,10 @@ type Script struct {
 	SingleKey func(Command) Command
 }
 
-// NewScript wraps src once (its SHA-1 is computed here, not per call).
+// NewScript wraps src once. It computes nothing: its digest is learned
+// from a server (see Script).
 func NewScript(name, calls, src string) *Script {
-	return &Script{Script: redis.NewScript(src), Src: src, Name: name, Calls: calls}
+	return &Script{Script: luascript.New(src), Name: name, Calls: calls}
 }
 
 // Command is what the coordinator sends to one node: a plain command, or a
@@ -49,7 +58,8 @@ func NewScript(name, calls, src string) *Script {
 type Command struct {
 	Key string // the first key, whose order the pipeline keeps (see OrderKeys)
 	// Args are a plain command's arguments; for a script, its wire form
-	// (EVALSHA) once Bound, nil before.
+	// (EVALSHA, or EVAL while its digest is unknown) once Bound, nil
+	// before.
 	Args   []any
 	Script *Script
 	Keys   []string
@@ -142,7 +152,8 @@ func (c Command) Bind() Command {
 }
 
 // Name is c's command name as go-redis gives a command's, in lower case:
-// "evalsha" for a script (whichever form a resend after NOSCRIPT takes).
+// "evalsha" for a script, whichever form it goes in (EVAL while its
+// digest is unknown, or in a resend after NOSCRIPT).
 func (c Command) Name() string {
 	if c.Script != nil {
 		return "evalsha"
@@ -154,14 +165,21 @@ func (c Command) Name() string {
 	return strings.ToLower(name)
 }
 
-// Wire is the command as a pipeline sends it: a script goes as EVALSHA.
-// Every node's command shares the slice, which nothing writes.
+// Wire is the command as a pipeline sends it: a script goes as EVALSHA
+// with its digest, or as EVAL with its source while no server has named
+// the digest yet (one round trip on any node, where EVALSHA would meet
+// NOSCRIPT on a node that never ran it). Every node's command shares the
+// slice, which nothing writes.
 func (c Command) Wire() []any {
 	if c.Script == nil || c.Args != nil {
 		return c.Args
 	}
 	a := make([]any, 0, 3+len(c.Keys)+len(c.Argv))
-	a = append(a, "evalsha", c.Script.Hash(), len(c.Keys))
+	if d := c.Script.Digest(); d != "" {
+		a = append(a, "evalsha", d, len(c.Keys))
+	} else {
+		a = append(a, "eval", c.Script.Src, len(c.Keys))
+	}
 	for _, k := range c.Keys {
 		a = append(a, k)
 	}
@@ -189,7 +207,7 @@ func (c Command) Describe() string {
 		name, _ := c.Args[0].(string)
 		return fmt.Sprintf("%s on %q", strings.ToUpper(name), c.Key)
 	}
-	return fmt.Sprintf("the %s script on %q (EVALSHA, EVAL after NOSCRIPT; it calls %s on %s)",
+	return fmt.Sprintf("the %s script on %q (EVALSHA, or EVAL; it calls %s on %s)",
 		c.Script.Name, c.Key, c.Script.Calls, strings.Join(c.Keys, " and "))
 }
 

@@ -56,7 +56,17 @@ func (d *Direct[R]) admit() bool {
 }
 
 // Submit sends c from a goroutine of its own, and delivers its reply there.
+// A script whose digest no server has named yet is bound now, as EVAL, and
+// its first use learns the digest, as on the pipeline (see Pipeline.Submit):
+// no call waits for it, and the form a call goes in is decided when it is
+// submitted, on both transports. Why: a call sent as EVALSHA just after the
+// learning, to a node that never ran the script, would meet NOSCRIPT and
+// take a second round trip.
 func (d *Direct[R]) Submit(ctx context.Context, c Command, s Send, to Receiver, node int) {
+	if c.Script != nil && c.Script.Digest() == "" {
+		c.Script.LearnSoon(ctx, d.node, s.Timeout)
+		c = c.Bind()
+	}
 	go d.call(ctx, c, s, to, node)
 }
 
@@ -144,16 +154,25 @@ func ownDeadline(d time.Duration, err error) error {
 }
 
 // send sends c on the node's client. A script goes as EVALSHA, then EVAL
-// on NOSCRIPT.
+// on NOSCRIPT; as EVAL alone where it was bound so (see Submit).
 func (d *Direct[R]) send(ctx context.Context, c Command) *redis.Cmd {
 	if c.Script == nil {
 		return d.node.Do(ctx, c.Args...)
 	}
-	cmd := c.Script.Run(ctx, d.node, c.Keys, c.Argv...)
+	cmd := d.script(ctx, c)
 	if one, ok := narrowed(c, cmd.Err()); ok {
-		return one.Script.Run(ctx, d.node, one.Keys, one.Argv...)
+		return d.script(ctx, one)
 	}
 	return cmd
+}
+
+// script runs c's script: as EVAL where it was bound so (its digest was
+// unknown when it was submitted), else by its digest (luascript's Run).
+func (d *Direct[R]) script(ctx context.Context, c Command) *redis.Cmd {
+	if len(c.Args) > 0 && c.Args[0] == "eval" {
+		return d.node.Eval(ctx, c.Script.Src, c.Keys, c.Argv...)
+	}
+	return c.Script.Run(ctx, d.node, c.Keys, c.Argv...)
 }
 
 // narrowed returns c's single-key form (Script.SingleKey) when err is the
@@ -175,9 +194,10 @@ func narrowed(c Command, err error) (Command, bool) {
 // connection: the WAIT (w), which covers only the writes before it on its
 // connection, and the rider's commands (guarded), which must follow the
 // command to vouch for the memory it found. Both go with c as one
-// pipeline: a script as EVALSHA, then with EVAL (and a second WAIT) after
-// NOSCRIPT, and in its single-key form after TRYAGAIN (narrowed); each
-// resend's WAIT has what is left of the call's time. On a Redis Cluster node the pipeline goes to the master of c's
+// pipeline: a script as EVALSHA (EVAL while its digest is unknown), then
+// with EVAL (and a second WAIT) after NOSCRIPT, and in its single-key
+// form after TRYAGAIN (narrowed); each resend's WAIT has what is left of
+// the call's time. On a Redis Cluster node the pipeline goes to the master of c's
 // slot and follows its MOVED and ASK redirections itself (see
 // clusterRoute), since it bypasses the ClusterClient's own.
 func (d *Direct[R]) sendPaired(ctx context.Context, c Command, w *Wait, guarded bool) Reply {

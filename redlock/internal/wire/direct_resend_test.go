@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -43,7 +42,7 @@ func (h *pipeRecorder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 // Every trip of sendPaired (TRYAGAIN -> single-key EVALSHA -> NOSCRIPT ->
 // EVAL) carries a WAIT, and each script command's numkeys matches its keys.
 func TestEveryResendCarriesItsWait(t *testing.T) {
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { client.Close() })
 	var migrating atomic.Bool

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -22,7 +21,7 @@ func (r replies) Receive(_ int, rep Reply) { r <- rep }
 // same call, on both of its paths (a call alone, and one paired with its
 // WAIT); a script without one keeps the refusal (the control).
 func TestDirectSendsTheSingleKeyFormOnTryAgain(t *testing.T) {
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { client.Close() })
 	var migrating atomic.Bool

@@ -15,6 +15,12 @@
 //     (which commands of a lease a release may withdraw unsent, and which
 //     run again after the commands before them). Bind computes its wire
 //     form once for every node.
+//   - A Script goes as EVAL with its source until a server has named its
+//     digest, then as EVALSHA: the client computes no SHA-1 (Go's FIPS
+//     140-3 "only" mode forbids it). A Link's first use of a script
+//     learns its digest in the background (one SCRIPT LOAD per script per
+//     process, which names no key and is never queued); the form of each
+//     call is decided when it is submitted.
 //   - A Link (a Pipeline or a Direct) takes a Command with a Send (its
 //     timeout, and for the direct transport, which keeps no order, what to
 //     wait for first) and a Receiver, and delivers exactly one Reply to

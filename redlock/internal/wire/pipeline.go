@@ -41,9 +41,10 @@ import (
 //   - No goroutine per call, and none at all while idle: senders start when
 //     commands are queued and end when none is left for them. Replies are
 //     delivered straight into the round's vote.
-//   - Order per key across a lost script cache too. A node that lost its
-//     scripts answers EVALSHA with NOSCRIPT; commands behind it in the same
-//     batch have run by then. So from the first NOSCRIPT on a key, that
+//   - Order per key across a lost script cache too. A script goes as
+//     EVALSHA once a server named its digest (as EVAL before: see Script).
+//     A node that lost its scripts answers EVALSHA with NOSCRIPT; commands
+//     behind it in the same batch have run by then. So from the first NOSCRIPT on a key, that
 //     command and every later one on the key in the batch run again, in
 //     order, before the key is let go (scripts as EVAL); a command that
 //     names several keys and runs again does so before every later command
@@ -180,6 +181,15 @@ func (p *Pipeline[R]) Submit(ctx context.Context, c Command, s Send, to Receiver
 			to.Receive(node, r)
 			return
 		}
+	}
+	// A script whose digest no server has named yet goes as EVAL (Wire),
+	// and its first use learns the digest (SCRIPT LOAD, in the background,
+	// on a pooled connection of its own): that command names no key and
+	// is never queued, so order per key, reruns and withdrawal are as for
+	// any command; only the wire form of the script's later commands
+	// changes, to EVALSHA.
+	if c.Script != nil && c.Script.Digest() == "" {
+		c.Script.LearnSoon(ctx, p.client, s.Timeout)
 	}
 	wire := c.Wire()
 	j := job{cmd: redis.NewCmd(ctx, wire...), key: c.Key, lease: c.Lease, role: c.Role, replicate: c.Replicate && p.wait != nil, guarded: c.Guarded && p.rider != nil, timeout: s.Timeout, src: c.source(), to: to, node: node}
@@ -757,7 +767,8 @@ func (j *job) outgoing() redis.Cmder {
 }
 
 // name is j's command name as sent (Command.Name): "evalsha" for a script,
-// though a rerun after NOSCRIPT sent it as EVAL.
+// though it went as EVAL while its digest was unknown, or in a rerun after
+// NOSCRIPT.
 func (j *job) name() string {
 	if j.src != "" {
 		return "evalsha"
@@ -768,7 +779,7 @@ func (j *job) name() string {
 // anew returns j's command to send again: a script in full (EVAL), anything
 // else as it was.
 func (j *job) anew(ctx context.Context) *redis.Cmd {
-	args := j.cmd.Args() // for a script: evalsha, sha1, numkeys, keys and args
+	args := j.cmd.Args() // for a script: evalsha, its digest (or eval, its source), numkeys, keys and args
 	again := make([]any, len(args))
 	copy(again, args)
 	if j.src != "" {

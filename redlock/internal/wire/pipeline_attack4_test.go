@@ -17,6 +17,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/internal/redistest"
 )
 
 // onceReceiver wraps a Receiver and counts its deliveries, so that a
@@ -115,7 +117,7 @@ func (h *goexitHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // reply it did not get (a SET with none would read as granted); and the
 // pipeline sends on. Found by attack: the call was never answered.
 func TestAttack4GoexitInClientHookLosesTheBatchsReplies(t *testing.T) {
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { client.Close() })
 	client.AddHook(&goexitHook{})
@@ -223,7 +225,7 @@ func attack4Child(mode string) {
 // The direct transport, likewise: a Goexit in a go-redis hook during the
 // call answers it as failed, once, after Finish.
 func TestGoexitInClientHookOnADirectCall(t *testing.T) {
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { client.Close() })
 	client.AddHook(&goexitHook{})

@@ -11,9 +11,10 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/internal/redistest"
 )
 
 // Multi-key commands (Command.OrderKeys): a multi-key lease's script names
@@ -39,7 +40,12 @@ return 1
 // ordered against every lock where there are several, as a multi-key
 // lease's command is.
 func logCommand(mark string, locks []string, aux ...string) Command {
-	c := ScriptCommand(logScript, append(slices.Clone(locks), aux...), mark, len(locks))
+	return logCommandOf(logScript, mark, locks, aux...)
+}
+
+// logCommandOf is logCommand with s, a copy of logScript.
+func logCommandOf(s *Script, mark string, locks []string, aux ...string) Command {
+	c := ScriptCommand(s, append(slices.Clone(locks), aux...), mark, len(locks))
 	if len(locks) > 1 {
 		c = c.Across(len(locks))
 	}
@@ -128,15 +134,16 @@ func TestPipelineKeepsAMultiKeyCommandInOrderOnEveryKey(t *testing.T) {
 		{"ordered by its first key alone", []string{"b", "a"}, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := miniredis.RunT(t)
+			m := redistest.Miniredis(t)
 			ts := &turnstile{arrived: make(chan arrival), done: make(chan struct{})}
 			t.Cleanup(func() { close(ts.done) })
 			client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 			t.Cleanup(func() { client.Close() })
 			client.AddHook(ts)
 			ctx := t.Context()
-			// Loaded, so that nothing meets NOSCRIPT and runs again.
-			require.NoError(t, client.ScriptLoad(ctx, logScript.Src).Err())
+			// Loaded and learned, so that nothing meets NOSCRIPT and runs
+			// again, and no first use loads it through the turnstile.
+			require.NoError(t, logScript.Learn(ctx, client))
 			p := &pipeline{client: client}
 			submit := func(c Command) replies {
 				r := make(replies, 1)
@@ -245,9 +252,13 @@ func lastRuns(log []string) []string {
 // known order from one goroutine while batches are held in flight and let
 // go at random moments, further senders started (kicked) while they are,
 // and the script cache flushed at random moments (NOSCRIPT: commands run
-// again). Each command appends its number to the log of every key it is
-// ordered against; in the end each log, at each command's last run, is in
-// submission order.
+// again). The script's digest is unknown when each schedule starts: its
+// first commands go as EVAL, the first Submit loads it in the background
+// (held with the batches while they are), the schedule learns it at
+// random moments too, and from then on commands go as EVALSHA, so that a
+// batch may mix both forms. Each command appends its number to the log of
+// every key it is ordered against; in the end each log, at each command's
+// last run, is in submission order.
 func TestPipelineKeepsOrderPerKeyUnderRandomSchedules(t *testing.T) {
 	schedules := 200
 	if testing.Short() {
@@ -263,6 +274,7 @@ func TestPipelineKeepsOrderPerKeyUnderRandomSchedules(t *testing.T) {
 			p := &pipeline{client: client}
 			r := &tally{}
 			want := map[string][]string{}
+			log := NewScript(logScript.Name, logScript.Calls, logScript.Src) // nothing learned yet
 			for n := range 20 + rng.IntN(40) {
 				mark := strconv.Itoa(n)
 				var c Command
@@ -273,15 +285,15 @@ func TestPipelineKeepsOrderPerKeyUnderRandomSchedules(t *testing.T) {
 					c = Command{Key: on[0], Args: []any{"rpush", on[0], mark}}
 				case 1:
 					on = []string{locks[rng.IntN(len(locks))]}
-					c = logCommand(mark, on)
+					c = logCommandOf(log, mark, on)
 				default: // a multi-key lease's: two or three locks, in any order
 					shuffled := slices.Clone(locks)
 					rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
 					on = shuffled[:2+rng.IntN(2)]
 					if rng.IntN(2) == 0 {
-						c = logCommand(mark, on, "aux")
+						c = logCommandOf(log, mark, on, "aux")
 					} else {
-						c = logCommand(mark, on)
+						c = logCommandOf(log, mark, on)
 					}
 				}
 				for _, k := range on {
@@ -300,7 +312,7 @@ func TestPipelineKeepsOrderPerKeyUnderRandomSchedules(t *testing.T) {
 				case 4:
 					require.NoError(t, admin.ScriptFlush(ctx).Err())
 					if rng.IntN(2) == 0 {
-						require.NoError(t, admin.ScriptLoad(ctx, logScript.Src).Err())
+						require.NoError(t, log.Learn(ctx, admin)) // loaded again, and learned if it was not
 					}
 				}
 				if rng.IntN(4) == 0 {

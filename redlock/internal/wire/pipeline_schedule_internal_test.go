@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlock/redlock/internal/redistest"
 	"github.com/redlock/redlock/quorum"
 )
 
@@ -62,7 +63,7 @@ func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 // batches g holds while it is closed, and an admin client that g does not
 // hold.
 func gatedServer(t *testing.T) (m *miniredis.Miniredis, g *gate, client, admin *redis.Client) {
-	m, g = miniredis.RunT(t), &gate{}
+	m, g = redistest.Miniredis(t), &gate{}
 	client = redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { client.Close() })
 	client.AddHook(g)
@@ -84,7 +85,9 @@ type scheduleLease struct {
 // extensions and releases of leases on two keys, batches held in flight so
 // that commands pile up (and the queue fills, so that releases withdraw),
 // the script cache flushed at random moments with a random part of it
-// loaded again (NOSCRIPT on some commands of a batch and not others). At the
+// loaded again (NOSCRIPT on some commands of a batch and not others), the
+// scripts' digests learned at random moments (EVAL before, EVALSHA
+// after, mixed in a batch). At the
 // end every lease is released; a release that was accepted (it reported
 // done or missing) (done, missing, or another value holds the key) must leave its value nowhere. Before the invariant was
 // enforced, a release that withdrew its SET left a queued healing extension
@@ -122,8 +125,17 @@ type releaseSchedule struct {
 // value nowhere.
 func (rs releaseSchedule) run(t *testing.T, p *pipeline, seed int, wrap func(to Receiver, label string) Receiver) {
 	ctx := t.Context()
+	// Copies whose digests the schedule learns at random moments (or
+	// never): until then they go as EVAL, after as EVALSHA, which meets
+	// NOSCRIPT once the cache is flushed.
+	extendScript, releaseScript := loadScript("extend", extendScript.Calls), loadScript("release", releaseScript.Calls)
 	scripts := []*Script{extendScript, releaseScript}
 	rng := rand.New(rand.NewPCG(uint64(seed), rs.stream))
+	for _, s := range scripts {
+		if rng.IntN(2) == 0 {
+			require.NoError(t, s.Learn(ctx, rs.admin))
+		}
+	}
 	rs.m.FlushAll()
 	calls := &tracker{}
 	submit := func(c Command, read reader) (*quorum.Round[Outcome], bool) {
@@ -179,7 +191,7 @@ func (rs releaseSchedule) run(t *testing.T, p *pipeline, seed int, wrap func(to 
 			require.NoError(t, rs.admin.ScriptFlush(ctx).Err())
 			for _, s := range scripts {
 				if rng.IntN(2) == 0 {
-					require.NoError(t, rs.admin.ScriptLoad(ctx, s.Src).Err())
+					require.NoError(t, s.Learn(ctx, rs.admin)) // loaded again, and learned if it was not
 				}
 			}
 		}

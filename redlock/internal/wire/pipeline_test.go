@@ -56,7 +56,7 @@ func (p *Pipeline[R]) idle() bool {
 // counting its batches.
 func counted(t *testing.T, hooks *redistest.Batches) (*miniredis.Miniredis, *redis.Client, *pipeline) {
 	t.Helper()
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	_ = m.Set("redlock:memory", "0 ?") // trusted: see trust in redlock's helpers_test.go
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { client.Close() })
@@ -69,7 +69,7 @@ func counted(t *testing.T, hooks *redistest.Batches) (*miniredis.Miniredis, *red
 // miniredis, and then black-holes the proxy: the node stops answering.
 func blackholed(t *testing.T, hooks *redistest.Batches, readTimeout time.Duration) (*faultnet.Proxy, *redis.Client, *pipeline) {
 	t.Helper()
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	_ = m.Set("redlock:memory", "0 ?") // trusted: see trust in redlock's helpers_test.go
 	proxy, err := faultnet.Listen(m.Addr())
 	require.NoError(t, err)
@@ -261,12 +261,14 @@ func TestPipelineResendsScriptsAfterNoscript(t *testing.T) {
 	hooks := &redistest.Batches{}
 	m, client, p := counted(t, hooks)
 	require.NoError(t, m.Set("k", "v"))
+	release := loadScript("release", releaseScript.Calls)
+	require.NoError(t, release.Learn(t.Context(), client), "its digest known: it goes as EVALSHA")
 	require.NoError(t, client.ScriptFlush(t.Context()).Err())
 
 	round := quorum.Begin[Outcome](1)
 	calls := &tracker{}
 	calls.add(1)
-	c := ScriptCommand(releaseScript, []string{"k"}, "v")
+	c := ScriptCommand(release, []string{"k"}, "v")
 	require.True(t, p.submit(job{cmd: redis.NewCmd(t.Context(), c.Wire()...), key: c.Key, timeout: time.Second, src: c.source(), to: &roundReceiver{round: round, read: readScript, calls: calls}}))
 	o, err := round.Result(0)
 	require.NoError(t, err)

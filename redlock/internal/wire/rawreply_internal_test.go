@@ -7,7 +7,6 @@ import (
 	"net"
 	"testing"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -70,7 +69,7 @@ func malformed(err error) bool {
 // value). Error replies are read again by go-redis (TestErrorRepliesAreReadByGoRedis).
 func TestSetRawMatchesGoRedis(t *testing.T) {
 	ctx := t.Context()
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t)
 	cases := []struct {
 		name    string
 		prepare func()

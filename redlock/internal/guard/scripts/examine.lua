@@ -16,13 +16,18 @@
 -- this script writes, or finds without one: every write of the marker moves
 -- its expiry, so the expiry names the marker, and the client can read the
 -- node's clock as the expiry minus the marker's PTTL (see guard.go).
+-- ARGV[5] is this script's own source, as the client sent it (a copy with
+-- its nonce: see proof.go), so that the script names the digest the server
+-- caches it by, in the run that examined: the client computes no SHA-1 (Go's
+-- FIPS 140-3 mode forbids it).
 -- Returns {marker, seconds, microseconds, expiry, pttl, seconds,
--- microseconds, found, evicts}: the marker as it now stands, the node's TIME
--- at the script's start, the marker's absolute expiry (PEXPIRETIME; -3 where
--- the client is to read TIME instead, see reply), its PTTL, TIME at the
--- script's end, the marker as the script found it (false: missing), and 1
--- where the node may evict keys (maxmemory set, a policy other than
--- noeviction), so that the client watches its evictions. The
+-- microseconds, found, evicts, digest}: the marker as it now stands, the
+-- node's TIME at the script's start, the marker's absolute expiry
+-- (PEXPIRETIME; -3 where the client is to read TIME instead, see reply), its
+-- PTTL, TIME at the script's end, the marker as the script found it (false:
+-- missing), 1 where the node may evict keys (maxmemory set, a policy other
+-- than noeviction), so that the client watches its evictions, and the
+-- SHA-1 of ARGV[5] (redis.sha1hex; false without ARGV[5]). The
 -- client runs it only when the steady-state companions say something
 -- changed: the marker is missing or differs from the one it examined last,
 -- or this script is no longer cached (a new server process, SCRIPT FLUSH),
@@ -165,7 +170,11 @@ local function reply(marker)
 	end
 	local pttl = redis.call("PTTL", KEYS[1])
 	local t2 = redis.call("TIME") -- the script's end: PTTL was read before it
-	return {marker, t[1], t[2], at, pttl, t2[1], t2[2], found, evicts}
+	local digest = false -- a copy run by its digest (EVALSHA) is not sent its source
+	if ARGV[5] then
+		digest = redis.sha1hex(ARGV[5])
+	end
+	return {marker, t[1], t[2], at, pttl, t2[1], t2[2], found, evicts, digest}
 end
 -- The process's replication: its history (master_replid, and the one it
 -- continued, master_replid2), its replicas, and the bytes it has read from

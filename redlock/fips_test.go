@@ -1,0 +1,244 @@
+package redlock_test
+
+import (
+	"context"
+	"crypto/fips140"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlock/redlock/fence"
+	"github.com/redlock/redlock/internal/redistest"
+	"github.com/redlock/redlock/redlock"
+)
+
+// Go's FIPS 140-3 "only" mode (GODEBUG=fips140=only) forbids SHA-1, which
+// Redis names cached scripts by: the library computes none on the client
+// and learns each script's digest from a server (see internal/luascript).
+// Each test here runs in a process of its own (redistest.RunAlone): the
+// mode is chosen when a process starts, and a digest learned serves the
+// whole process, so that these tests start where a new program does, with
+// no digest known (TestMain learns none there).
+
+var transportsByEnv = map[string]bool{"auto-pipeline": false, "direct": true} // Options.NoAutoPipeline
+
+// Under enforcement, every operation of the library (a guarded, fenced
+// lock with its examinations, extension, check, a fenced write and read,
+// a handle resumed, a multi-key lease, inspection, revocation, Warm,
+// TrustNodes, and the same again once the servers lost their scripts)
+// works on both transports: had the library computed a SHA-1, crypto/sha1
+// would have panicked in its goroutine and ended the process. The
+// servers (miniredis) compute theirs inside the bypass. The control: in
+// the same process, a script wrapped by go-redis's redis.NewScript, which
+// computes its digest on the client, panics.
+func TestNoSHA1OnTheClientUnderFIPSOnly(t *testing.T) {
+	if ran, out, err := redistest.RunAlone(t, "GODEBUG=fips140=only"); ran {
+		require.NoError(t, err, out)
+		return
+	}
+	require.True(t, fips140.Enforced(), "the child runs in FIPS 140-3 only mode")
+	for name, direct := range transportsByEnv {
+		t.Run(name, func(t *testing.T) {
+			c := newCluster(t, 3)
+			for _, m := range c.servers {
+				m.Del("redlock:memory") // a new deployment: the guard examines and TrustNodes trusts
+			}
+			l := newLocker(t, c.nodes(nil), &redlock.Options{Fencing: true, NoAutoPipeline: direct})
+			everyOperation(t, l, c)
+			for _, cl := range c.clients {
+				require.NoError(t, cl.ScriptFlush(t.Context()).Err()) // as after a restart
+			}
+			everyOperation(t, l, c)
+		})
+	}
+	require.PanicsWithValue(t, "crypto/sha1: use of SHA-1 is not allowed in FIPS 140-only mode", func() {
+		redis.NewScript(`return redis.call("GET", KEYS[1])`)
+	}, "the control: a digest computed on the client")
+}
+
+// everyOperation runs each of the Locker's operations that sends a script
+// once, and fails t on any error.
+func everyOperation(t *testing.T, l *redlock.Locker, c *cluster) {
+	t.Helper()
+	ctx := t.Context()
+	require.NoError(t, l.TrustNodes(ctx))
+	require.NoError(t, l.Warm(ctx))
+	lease, err := l.Lock(ctx, "fips:k", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, lease.Extend(ctx, time.Minute))
+	require.NoError(t, lease.Check(ctx))
+	guard := fence.NewRedis(c.clients[0])
+	require.NoError(t, guard.Set(ctx, "fips:resource", "v", lease.Token()))
+	v, ok, err := guard.Get(ctx, "fips:resource", lease.Token())
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "v", v)
+	_, err = l.Inspect(ctx, "fips:k")
+	require.NoError(t, err)
+	resumed, err := l.Resume(ctx, lease.Handle())
+	require.NoError(t, err)
+	require.NoError(t, resumed.Unlock(ctx))
+	multi, err := l.LockMulti(ctx, []string{"fips:a", "fips:b"}, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, multi.Extend(ctx, time.Minute))
+	require.NoError(t, multi.Check(ctx))
+	require.NoError(t, multi.Unlock(ctx))
+	_, err = l.Revoke(ctx, "fips:a")
+	require.NoError(t, err)
+	drain(t, l)
+}
+
+// commands is a go-redis hook that counts, per node, the script commands
+// a client sends (eval, evalsha, and script load), alone or in pipelines;
+// with refuseLoad, it answers SCRIPT LOAD as an ACL that refuses it does,
+// without sending it.
+type commands struct {
+	refuseLoad bool
+	mu         sync.Mutex
+	count      map[string]int
+}
+
+func (h *commands) record(cmd redis.Cmder) {
+	name := strings.ToLower(cmd.Name())
+	if name == "script" {
+		name += " " + strings.ToLower(fmt.Sprint(cmd.Args()[1]))
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.count[name]++
+}
+
+func (h *commands) get(name string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.count[name]
+}
+
+func (h *commands) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *commands) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.record(cmd)
+		if h.refuseLoad && cmd.Name() == "script" && strings.EqualFold(fmt.Sprint(cmd.Args()[1]), "load") {
+			err := redistest.ServerError("NOPERM User locker has no permissions to run the 'script|load' command")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *commands) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			h.record(cmd)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// counted is a cluster of n nodes whose clients h counts.
+func counted(t *testing.T, n int, h *commands) *cluster {
+	h.count = map[string]int{}
+	c := newCluster(t, n)
+	for _, cl := range c.clients {
+		cl.AddHook(h)
+	}
+	return c
+}
+
+// cycles takes and releases key n times, each release drained.
+func cycles(t *testing.T, l *redlock.Locker, key string, n int) {
+	t.Helper()
+	for range n {
+		lease, err := l.TryLock(t.Context(), key, time.Minute)
+		require.NoError(t, err)
+		require.NoError(t, lease.Unlock(t.Context()))
+		drain(t, l)
+	}
+}
+
+// runAlonePerTransport runs t's body in a new process for each transport
+// (REDLOCK_TEST_TRANSPORT, which withTransport reads); it reports true in
+// the parent, once the children have passed.
+func runAlonePerTransport(t *testing.T) (parent bool) {
+	for name := range transportsByEnv {
+		ran, out, err := redistest.RunAlone(t, "REDLOCK_TEST_TRANSPORT="+name)
+		if !ran {
+			return false
+		}
+		require.NoError(t, err, "%s transport:\n%s", name, out)
+	}
+	return true
+}
+
+// In a new process, without Warm, a script's first use goes as EVAL with
+// its source (one round trip, as no node has it), and one SCRIPT LOAD in
+// the background learns its digest; from then on it goes as EVALSHA. A
+// node that lost its scripts (SCRIPT FLUSH, a restart) answers NOSCRIPT,
+// and the script follows as EVAL, on both transports. Only the release
+// script is sent here: the guard is off, and acquisitions are SETs.
+func TestScriptsGoAsEVALUntilAServerNamesTheirDigest(t *testing.T) {
+	if runAlonePerTransport(t) {
+		return
+	}
+	require.Empty(t, redlock.ScriptDigests()["release"], "a new process knows no digest")
+	h := &commands{}
+	c := counted(t, 3, h)
+	l := newLocker(t, c.nodes(nil), &redlock.Options{NoQuarantine: true})
+
+	cycles(t, l, "k", 1)
+	assert.Equal(t, [2]int{3, 0}, [2]int{h.get("eval"), h.get("evalsha")}, "the first release goes as EVAL on each node")
+	require.Eventually(t, func() bool { return redlock.ScriptDigests()["release"] != "" }, 10*time.Second, time.Millisecond)
+	digest, err := newClient(t, c.servers[0].Addr()).ScriptLoad(t.Context(), readScript(t, "release")).Result() // uncounted
+	require.NoError(t, err)
+	assert.Equal(t, digest, redlock.ScriptDigests()["release"], "the digest the server named")
+
+	cycles(t, l, "k", 2)
+	assert.Equal(t, [2]int{3, 6}, [2]int{h.get("eval"), h.get("evalsha")}, "then as EVALSHA")
+
+	for _, cl := range c.clients {
+		require.NoError(t, cl.ScriptFlush(t.Context()).Err())
+	}
+	cycles(t, l, "k", 1)
+	assert.Equal(t, [2]int{6, 9}, [2]int{h.get("eval"), h.get("evalsha")}, "NOSCRIPT on each node, then EVAL")
+	for _, m := range c.servers {
+		assert.Empty(t, lockKeys(m), "released")
+	}
+	assert.Equal(t, 1, h.get("script load"), "one SCRIPT LOAD per script per process")
+}
+
+// A node whose ACL refuses SCRIPT LOAD still locks: its scripts go as
+// EVAL, and the refusal is not asked again on each call (the learning
+// backs off), on both transports. The control is the count of EVALs: one
+// release per cycle on each node, all by source.
+func TestARefusedScriptLoadCostsNothingPerCall(t *testing.T) {
+	if runAlonePerTransport(t) {
+		return
+	}
+	h := &commands{refuseLoad: true}
+	c := counted(t, 3, h)
+	l := newLocker(t, c.nodes(nil), &redlock.Options{NoQuarantine: true})
+	const n = 20
+	cycles(t, l, "k", n)
+	assert.Equal(t, 3*n, h.get("eval"), "every release went, by its source")
+	assert.Zero(t, h.get("evalsha"))
+	assert.Empty(t, redlock.ScriptDigests()["release"])
+	assert.LessOrEqual(t, h.get("script load"), 2, "SCRIPT LOAD tried once (or twice, if the cycles outlasted a backoff), not once per call")
+	assert.Positive(t, h.get("script load"))
+}
+
+// readScript reads one of the coordinator's scripts from its file.
+func readScript(t *testing.T, name string) string {
+	t.Helper()
+	src, err := os.ReadFile("scripts/" + name + ".lua")
+	require.NoError(t, err)
+	return string(src)
+}
