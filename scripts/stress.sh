@@ -41,7 +41,8 @@ done
 if [ "$integration" -gt 0 ]; then
 	scripts/integration-setup.sh
 	for i in $(seq 1 "$integration"); do
-		for run in redis:7.0/auto-pipeline redis:7.0/direct redis:8.0/auto-pipeline valkey:8.1/auto-pipeline; do
+		# Every server and transport runs the whole suite here (CI runs subsets of two).
+		for run in redis:7.0/auto-pipeline redis:7.0/direct redis:8.0/auto-pipeline valkey:8.1/auto-pipeline valkey:9.1/auto-pipeline; do
 			server=${run%/*} transport=${run#*/}
 			run "integration-${server/:/-}-$transport-$i" test/integration REDLOCK_TEST_SERVER="$server" \
 				TESTCONTAINERS_RYUK_DISABLED=true TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1 \
