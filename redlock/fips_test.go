@@ -242,3 +242,61 @@ func readScript(t *testing.T, name string) string {
 	require.NoError(t, err)
 	return string(src)
 }
+
+// rewriteLoad is a go-redis hook that loads to in place of from when a
+// client sends SCRIPT LOAD of from, as a proxy that rewrites scripts (or a
+// node that is not Redis) would: the node then names to's digest for
+// from.
+type rewriteLoad struct{ from, to string }
+
+func (h rewriteLoad) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h rewriteLoad) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) == 3 && cmd.Name() == "script" && strings.EqualFold(fmt.Sprint(a[1]), "load") && a[2] == h.from {
+			a[2] = h.to
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h rewriteLoad) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// The digest one node names for a script is the process's for every node:
+// a node that names another script's digest (here the release script's,
+// for the check script: a rewriting proxy in front of one deployment)
+// makes every later Check, on every node of every Locker of the process,
+// run the release script by EVALSHA. The lease's key is deleted on the
+// honest nodes while Check reports it held, and a second Locker takes the
+// key: a lease granted twice. Before the digests were learned, Warm
+// checked each answer against the SHA-1 the client computed; now the
+// first answer is recorded unchecked (luascript.Record only refuses a
+// second, different one), and an honest node's answer is refused instead.
+func TestADigestOneNodeNamesDoesNotRunAnotherScriptOnTheOthers(t *testing.T) {
+	if runAlonePerTransport(t) {
+		return
+	}
+	ctx := t.Context()
+	odd := redistest.Miniredis(t)
+	trust(odd)
+	oddClient := newClient(t, odd.Addr())
+	oddClient.AddHook(rewriteLoad{from: readScript(t, "check"), to: readScript(t, "release")})
+	behindTheProxy := newLocker(t, []redlock.Node{oddClient}, &redlock.Options{NoQuarantine: true})
+	_ = behindTheProxy.Warm(ctx) // the odd node's answers are recorded first
+
+	c := newCluster(t, 3)
+	l := newLocker(t, c.nodes(nil), &redlock.Options{NoQuarantine: true})
+	_ = l.Warm(ctx) // may report that the honest nodes name the check script otherwise
+	lease, err := l.Lock(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, lease.Check(ctx), "the lease is held")
+	drain(t, l)
+	for i, m := range c.servers {
+		assert.NotEmpty(t, lockKeys(m), "node %d still holds the lease's key after a Check", i)
+	}
+	other := newLocker(t, c.nodes(nil), &redlock.Options{NoQuarantine: true})
+	_, err = other.TryLock(ctx, "k", time.Minute)
+	assert.ErrorIs(t, err, redlock.ErrNotObtained, "a second Locker must not get a key whose lease is held and checked")
+}
