@@ -300,3 +300,53 @@ func TestADigestOneNodeNamesDoesNotRunAnotherScriptOnTheOthers(t *testing.T) {
 	_, err = other.TryLock(ctx, "k", time.Minute)
 	assert.ErrorIs(t, err, redlock.ErrNotObtained, "a second Locker must not get a key whose lease is held and checked")
 }
+
+// nameLoad is a go-redis hook that answers SCRIPT LOAD of src with digest,
+// sending nothing: a node (or a proxy) that names a digest of its own.
+type nameLoad struct{ src, digest string }
+
+func (h nameLoad) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h nameLoad) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) == 3 && cmd.Name() == "script" && strings.EqualFold(fmt.Sprint(a[1]), "load") && a[2] == h.src {
+			cmd.(*redis.StringCmd).SetVal(h.digest)
+			return nil
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h nameLoad) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A digest that names no script, answered by one node, is the process's
+// for every node: from then on every release on the honest nodes goes as
+// EVALSHA, meets NOSCRIPT, and goes again as EVAL (two round trips where
+// a node's budget is one, and a NOSCRIPT that the node guard reads as a
+// new server process), for the rest of the process, though every honest
+// node named the right digest (Warm reports them as the ones that differ).
+// The control is the count on the honest nodes: a release per cycle on
+// each, by digest, and no EVAL.
+func TestAWrongDigestFromOneNodeDoesNotPoisonTheOthers(t *testing.T) {
+	if runAlonePerTransport(t) {
+		return
+	}
+	ctx := t.Context()
+	odd := redistest.Miniredis(t)
+	trust(odd)
+	oddClient := newClient(t, odd.Addr())
+	oddClient.AddHook(nameLoad{src: readScript(t, "release"), digest: strings.Repeat("0123456789", 4)})
+	behindTheProxy := newLocker(t, []redlock.Node{oddClient}, &redlock.Options{NoQuarantine: true})
+	_ = behindTheProxy.Warm(ctx) // the odd node's answer is recorded first
+
+	h := &commands{}
+	c := counted(t, 3, h)
+	l := newLocker(t, c.nodes(nil), &redlock.Options{NoQuarantine: true})
+	_ = l.Warm(ctx) // may report that the honest nodes name the release script otherwise
+	const n = 10
+	cycles(t, l, "k", n)
+	assert.Equal(t, 3*n, h.get("evalsha"), "a release per cycle on each node, by digest")
+	assert.Zero(t, h.get("eval"), "no release went again by its source: the honest nodes have the script")
+}
