@@ -50,7 +50,7 @@ const tokenRecordSuffix = ":fence-token"
 
 // The guard's scripts. They go by the digest a server named (EVALSHA),
 // as EVAL until one has: the first use loads them in the background
-// (SCRIPT LOAD), once per process. The client computes no SHA-1, so that
+// (SCRIPT LOAD), once per Redis guard. The client computes no SHA-1, so that
 // the package works in Go's FIPS 140-3 "only" mode (GODEBUG=fips140=only),
 // where go-redis's redis.NewScript panics (see internal/luascript).
 var (
@@ -68,18 +68,23 @@ const learnTimeout = 10 * time.Second
 
 // run runs s on keys with args through the guard's client.
 func (g *Redis) run(ctx context.Context, s *luascript.Script, keys []string, args ...any) *redis.Cmd {
-	s.LearnSoon(ctx, g.client, learnTimeout) // nothing once the digest is known
-	return s.Run(ctx, g.client, keys, args...)
+	g.names.LearnSoon(ctx, g.client, s, learnTimeout) // nothing once the node named it
+	return g.names.Run(ctx, g.client, s, keys, args...)
 }
 
 // Redis guards values stored in Redis: each key keeps, beside it (same hash
 // slot), the highest token accepted for it.
 type Redis struct {
 	client redis.Scripter
+	names  *luascript.Names // the digests client's server named (shared by copies of the Redis)
 }
 
-// NewRedis returns a guard that writes through client.
-func NewRedis(client redis.Scripter) *Redis { return &Redis{client: client} }
+// NewRedis returns a guard that writes through client. Make one per client
+// and keep it: it learns its scripts' digests from client's server once
+// (until then they go as EVAL, with their source).
+func NewRedis(client redis.Scripter) *Redis {
+	return &Redis{client: client, names: new(luascript.Names)}
+}
 
 // Set stores value at key if token is at least the highest token accepted
 // for key, atomically with recording token; otherwise it returns

@@ -86,12 +86,14 @@ var scripts = []*wire.Script{releaseScript, joinScript, extendScript, revokeScri
 	acquireFencedScript, fenceScript, recordScript, acquireMultiScript, releaseMultiScript, extendMultiScript,
 	checkMultiScript, fenceMultiScript, resumeScript}
 
-// LearnScripts records the digest n names for every script the
-// coordinator sends (SCRIPT LOAD), as Warm does for those it loads: the
-// process then stands where one that has used every script stands.
+// LearnScripts trusts, for every node, the digest n names for every script
+// the coordinator sends (SCRIPT LOAD; luascript.Script.Trust): n must be
+// the tests' own server. Every node then gets the scripts by digest from
+// their first use (EVALSHA, EVAL after NOSCRIPT), as before the client
+// stopped computing digests, whatever tests ran before.
 func LearnScripts(ctx context.Context, n Node) error {
 	for _, s := range scripts {
-		if err := s.Learn(ctx, n); err != nil {
+		if err := s.TrustFrom(ctx, n); err != nil {
 			return fmt.Errorf("SCRIPT LOAD of the %s script: %w", s.Name, err)
 		}
 	}
@@ -104,6 +106,22 @@ func ScriptDigests() map[string]string {
 	d := make(map[string]string, len(scripts))
 	for _, s := range scripts {
 		d[s.Name] = s.Digest()
+	}
+	return d
+}
+
+// NodeDigests is the digest each of l's nodes named for the script of that
+// name ("" where it named none): what its transport sends it by.
+func NodeDigests(l *Locker, name string) []string {
+	var s *wire.Script
+	for _, c := range scripts {
+		if c.Name == name {
+			s = c
+		}
+	}
+	d := make([]string, len(l.nodes))
+	for i, n := range l.nodes {
+		d[i] = n.link.Names().Of(s.Script)
 	}
 	return d
 }

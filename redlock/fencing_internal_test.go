@@ -52,7 +52,7 @@ func TestMaxAloneIsNotMonotonicPhaseTwoIs(t *testing.T) {
 			var tMax uint64
 			for _, i := range on {
 				c1 := acquireFencedCommand(key, counter, value, 60000)
-				o, c, err := parseFenced(c1.Script.Run(ctx, ns[i].Node, c1.Keys, c1.Argv...))
+				o, c, err := parseFenced(ns[i].link.Names().Run(ctx, ns[i].Node, c1.Script.Script, c1.Keys, c1.Argv...))
 				require.NoError(t, err)
 				require.Equal(t, Granted, o)
 				tMax = max(tMax, c)

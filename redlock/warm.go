@@ -123,9 +123,10 @@ func (n node) warm(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("SCRIPT LOAD: %w", reply.Denied("SCRIPT LOAD of the "+s.Name+" script", err))
 		}
-		// The node's answer is the script's digest from now on (the client
-		// computes none: see wire.Script); every node must agree on it.
-		if err := s.Record(digest); err != nil {
+		// The node's answer is the script's digest on this node from now
+		// on (the client computes none: see wire.Script); a node that
+		// names it otherwise later is refused.
+		if err := n.link.Names().Record(s.Script, digest); err != nil {
 			return fmt.Errorf("SCRIPT LOAD of the %s script: %w", s.Name, err)
 		}
 	}

@@ -308,8 +308,8 @@ func newRaw(ctx context.Context, d *deployment, cfg config) *impl {
 		idx = order[min(2, len(order)-1)]
 	}
 	c := clients[idx]
-	rawRelease := luascript.New(rawReleaseLua)
-	_ = rawRelease.Learn(ctx, c) // else it goes as EVAL, and a failing node shows in the cycles
+	rawRelease, names := luascript.New(rawReleaseLua), new(luascript.Names)
+	_ = names.Learn(ctx, c, rawRelease) // else it goes as EVAL, and a failing node shows in the cycles
 	return &impl{
 		name:  "raw",
 		about: fmt.Sprintf("single node %d: SET NX PX + compare-and-delete (the floor)", idx),
@@ -329,7 +329,7 @@ func newRaw(ctx context.Context, d *deployment, cfg config) *impl {
 			}
 			hold(ctx, cfg.hold)
 			t1 := time.Now()
-			err = rawRelease.Run(context.WithoutCancel(ctx), c, []string{key}, value).Err()
+			err = names.Run(context.WithoutCancel(ctx), c, rawRelease, []string{key}, value).Err()
 			rel = time.Since(t1)
 			if err != nil {
 				return acq, rel, failed, err

@@ -7,17 +7,28 @@
 // not compute SHA-1: crypto/sha1 panics there, so go-redis's
 // redis.NewScript, which hashes the source when it is called, panics at
 // the package initialization of any library that wraps its scripts in
-// package-level variables. The digest is a property of the source, the
-// same on every server: learned once from one server, it serves every
-// node for the rest of the process.
+// package-level variables. So the client asks each node (SCRIPT LOAD),
+// once per script per node for the process's life.
 //
 // go-redis has redis.NewScriptServerSHA for the same purpose; it is not
 // used because it sends SCRIPT LOAD before a script's first EVALSHA
 // (two round trips where a node's budget is one), holds every caller
 // while it does, and sends it again on every call where an ACL refuses
 // SCRIPT LOAD. Here the first calls go as EVAL (one round trip on any
-// node), the learning is one SCRIPT LOAD per script per process, and a
-// refusal is tried again only after a backoff.
+// node), the learning is one SCRIPT LOAD per script per node, in the
+// background, and a refusal is tried again only after a backoff.
+//
+// A digest is trusted only by the node that named it. A node that names
+// a script otherwise (a proxy that rewrites scripts, a server that is not
+// Redis) would otherwise have every node of the process run, by EVALSHA,
+// whatever script that digest names there: another of the library's
+// scripts, say, with this one's keys and arguments. So each node keeps
+// its own Names, and a script goes to a node by a digest only where that
+// node itself named it (in the SCRIPT LOAD that also cached it there);
+// elsewhere it goes as EVAL, whose source the node runs as sent. The
+// digest most nodes named is the Script's own (Digest): the one a command
+// shared by every node's pipeline is built with, so that the steady state
+// builds one wire form for all.
 //
 // It is for the library's own scripts (the coordinator's transport, the
 // fence package, the benchmark CLI's floor); it knows nothing of locks.
@@ -33,35 +44,79 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Script is a Lua script and the digest a server gave for it, once one
-// has. Its zero value is not usable: make one with New.
+// Script is a Lua script, the digest most nodes named for it, and a digest
+// trusted for every node where one was learned from a server known to be
+// honest (Trust). Its zero value is not usable: make one with New.
 type Script struct {
-	Src    string
-	digest atomic.Pointer[string] // nil until a server named it
+	Src     string
+	digest  atomic.Pointer[string] // the digest most nodes named; nil: none yet
+	trusted atomic.Pointer[string] // see Trust; nil: none
 
-	mu       sync.Mutex
-	learning bool      // a SCRIPT LOAD is in flight
-	failures int       // SCRIPT LOADs that failed in a row
-	retryAt  time.Time // no SCRIPT LOAD before then, after failures
+	mu    sync.Mutex
+	votes map[string]int // nodes that named each digest
 }
 
 // New returns src as a Script whose digest is not known yet. It computes
 // nothing.
 func New(src string) *Script { return &Script{Src: src} }
 
-// Digest is the digest a server gave for the script, "" until one has.
-// It is an atomic load: the steady state costs nothing more.
+// Digest is the digest commands shared by every node are built with: the
+// trusted one (Trust), else the one most nodes named, "" while none has.
+// A node that did not name it itself gets the script as EVAL (see
+// Names.Of and the package comment). It is an atomic load.
 func (s *Script) Digest() string {
+	if d := s.trusted.Load(); d != nil {
+		return *d
+	}
 	if d := s.digest.Load(); d != nil {
 		return *d
 	}
 	return ""
 }
 
+// vote counts a node that named d, and makes d the Script's digest once
+// more nodes named it than the digest it has.
+func (s *Script) vote(d string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.votes == nil {
+		s.votes = map[string]int{}
+	}
+	s.votes[d]++
+	if cur := s.digest.Load(); cur == nil || s.votes[d] > s.votes[*cur] {
+		s.digest.Store(&d)
+	}
+}
+
+// Trust makes d the script's digest on every node, whether or not a node
+// named it: for a digest learned from a server known to be honest, such as
+// a test's own in-process server (TrustFrom). The library never calls it:
+// it trusts a node only for itself (Names). A second, different digest is
+// refused.
+func (s *Script) Trust(d string) error {
+	if !ValidDigest(d) {
+		return fmt.Errorf("%q is not a digest (40 lower-case hex digits)", d)
+	}
+	if !s.trusted.CompareAndSwap(nil, &d) && *s.trusted.Load() != d {
+		return fmt.Errorf("the script is trusted as %s already, not %s", *s.trusted.Load(), d)
+	}
+	return nil
+}
+
+// TrustFrom loads the script on c (SCRIPT LOAD) and trusts the digest it
+// answers for every node (Trust).
+func (s *Script) TrustFrom(ctx context.Context, c redis.Scripter) error {
+	d, err := c.ScriptLoad(ctx, s.Src).Result()
+	if err != nil {
+		return err
+	}
+	return s.Trust(d)
+}
+
 // ValidDigest reports whether d reads as a script's digest as Redis and
 // Valkey give it: 40 lower-case hexadecimal digits. The client cannot
 // check that it is the SHA-1 of the source without computing one; it
-// trusts the server for that, as it trusts it to run the script.
+// trusts the node that named it for that, on that node only.
 func ValidDigest(d string) bool {
 	if len(d) != 40 {
 		return false
@@ -74,67 +129,112 @@ func ValidDigest(d string) bool {
 	return true
 }
 
-// Record keeps d, which a server answered to SCRIPT LOAD of the script,
-// as its digest. It refuses a d that is not a digest (ValidDigest), and
-// one that differs from the digest already known: every server names one
-// source alike, so two names mean that one of them is not the script's
-// (a proxy that rewrites, a server that is not Redis). The first digest
-// known stays.
-func (s *Script) Record(d string) error {
+// Names are the digests one node named for scripts (SCRIPT LOAD), each
+// trusted on that node only (see the package comment). The zero value is
+// ready to use; a Names must not be copied after first use.
+type Names struct {
+	m sync.Map // *Script -> *named
+}
+
+// named is what one node named for one script, and its learning's state.
+type named struct {
+	digest atomic.Pointer[string] // nil until the node named it
+
+	mu       sync.Mutex
+	learning bool      // a SCRIPT LOAD is in flight
+	failures int       // SCRIPT LOADs that failed in a row
+	retryAt  time.Time // no SCRIPT LOAD before then, after failures
+}
+
+func (n *Names) entry(s *Script) *named {
+	if e, ok := n.m.Load(s); ok {
+		return e.(*named)
+	}
+	e, _ := n.m.LoadOrStore(s, new(named))
+	return e.(*named)
+}
+
+// Of is the digest to send s to this node by: the one the node named, or
+// the script's trusted digest (Script.Trust), "" where neither is known
+// and s must go as EVAL. One map load and one atomic load.
+func (n *Names) Of(s *Script) string {
+	if e, ok := n.m.Load(s); ok {
+		if d := e.(*named).digest.Load(); d != nil {
+			return *d
+		}
+	}
+	if d := s.trusted.Load(); d != nil {
+		return *d
+	}
+	return ""
+}
+
+// Record keeps d, which this node answered to SCRIPT LOAD of s, as s's
+// digest on this node, and counts it towards s's own (Script.Digest). It
+// refuses a d that is not a digest (ValidDigest), and one that differs
+// from what the node named before (the first stays): a node that names
+// one source two ways is not to be trusted with either, and the error
+// says so.
+func (n *Names) Record(s *Script, d string) error {
 	if !ValidDigest(d) {
 		return fmt.Errorf("the node named the script %q, which is not a digest (40 lower-case hex digits)", d)
 	}
-	if !s.digest.CompareAndSwap(nil, &d) {
-		if known := s.Digest(); known != d {
-			return fmt.Errorf("the node named the script %s, another node %s", d, known)
+	e := n.entry(s)
+	if !e.digest.CompareAndSwap(nil, &d) {
+		if known := *e.digest.Load(); known != d {
+			return fmt.Errorf("the node named the script %s, having named it %s before", d, known)
 		}
+		return nil
 	}
+	s.vote(d)
 	return nil
 }
 
-// Learn asks c to load the script (SCRIPT LOAD) and records the digest it
-// answers.
-func (s *Script) Learn(ctx context.Context, c redis.Scripter) error {
+// Learn asks c, this node's client, to load s (SCRIPT LOAD) and records
+// the digest it answers.
+func (n *Names) Learn(ctx context.Context, c redis.Scripter, s *Script) error {
 	d, err := c.ScriptLoad(ctx, s.Src).Result()
 	if err != nil {
 		return err
 	}
-	return s.Record(d)
+	return n.Record(s, d)
 }
 
-// LearnSoon learns the digest through c in the background, within
-// timeout, unless it is known already, a SCRIPT LOAD is in flight, or
-// one failed recently (see learnBackoff). Callers call it on every use
-// while Digest is ""; once it is known this is one atomic load.
+// LearnSoon learns s's digest through c, this node's client, in the
+// background, within timeout, unless the node named it already, a SCRIPT
+// LOAD is in flight, or one failed recently (see learnBackoff). Callers
+// call it on every use while Of is ""; once the node named it, this is
+// one map load and one atomic load.
 //
 // The SCRIPT LOAD names no key: it cannot change the order of any
 // command on a key, and its reply only decides how the script's next
 // uses go. It keeps ctx's values (a hook may read them), not its end:
-// it serves the process, not the call that started it.
-func (s *Script) LearnSoon(ctx context.Context, c redis.Scripter, timeout time.Duration) {
-	if s.digest.Load() != nil {
+// it serves the node for the process's life, not the call that started it.
+func (n *Names) LearnSoon(ctx context.Context, c redis.Scripter, s *Script, timeout time.Duration) {
+	e := n.entry(s)
+	if e.digest.Load() != nil {
 		return
 	}
-	s.mu.Lock()
-	if s.learning || time.Now().Before(s.retryAt) {
-		s.mu.Unlock()
+	e.mu.Lock()
+	if e.learning || time.Now().Before(e.retryAt) {
+		e.mu.Unlock()
 		return
 	}
-	s.learning = true
-	s.mu.Unlock()
+	e.learning = true
+	e.mu.Unlock()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
-		err := s.Learn(ctx, c)
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		s.learning = false
-		if err != nil && s.digest.Load() == nil {
-			s.failures++
-			s.retryAt = time.Now().Add(learnBackoff(s.failures))
+		err := n.Learn(ctx, c, s)
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		e.learning = false
+		if err != nil && e.digest.Load() == nil {
+			e.failures++
+			e.retryAt = time.Now().Add(learnBackoff(e.failures))
 			return
 		}
-		s.failures = 0
+		e.failures = 0
 	}()
 }
 
@@ -151,16 +251,16 @@ func learnBackoff(failures int) time.Duration {
 	return min(most, first<<(failures-1))
 }
 
-// Run runs the script through c: by its digest (EVALSHA) once known, and
-// with its source (EVAL) where the server answers NOSCRIPT (a restart, a
-// SCRIPT FLUSH) or while the digest is unknown. It learns nothing: see
+// Run runs s through c, this node's client: by the digest the node named
+// (EVALSHA; Of), with its source (EVAL) where the node answers NOSCRIPT
+// (a restart, a SCRIPT FLUSH) or named none. It learns nothing: see
 // LearnSoon.
-func (s *Script) Run(ctx context.Context, c redis.Scripter, keys []string, args ...any) *redis.Cmd {
-	if d := s.Digest(); d != "" {
+func (n *Names) Run(ctx context.Context, c redis.Scripter, s *Script, keys []string, args ...any) *redis.Cmd {
+	if d := n.Of(s); d != "" {
 		cmd := c.EvalSha(ctx, d, keys, args...)
-		// err == nil first: HasErrorPrefix allocates even for a nil error,
-		// and this is every call's path.
-		if err := cmd.Err(); err == nil || !redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// Checked for nil first: HasErrorPrefix allocates even for a nil
+		// error, and this is every call's path.
+		if cmd.Err() == nil || !redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			return cmd
 		}
 	}

@@ -64,89 +64,144 @@ func TestValidDigestIsFortyLowerCaseHexDigits(t *testing.T) {
 	}
 }
 
-// A digest is recorded once; a node that names the script otherwise is
-// refused, and the first digest stays. Something that is not a digest is
-// never recorded.
-func TestRecordKeepsTheFirstDigestAndRefusesAnother(t *testing.T) {
+// A node's digest is recorded once; the same node naming the script
+// otherwise is refused, and its first digest stays. Something that is not
+// a digest is never recorded.
+func TestRecordKeepsTheNodesFirstDigestAndRefusesAnother(t *testing.T) {
 	s := New(src)
-	require.Error(t, s.Record("OK"))
-	assert.Empty(t, s.Digest(), "not a digest: nothing recorded")
+	var n Names
+	require.Error(t, n.Record(s, "OK"))
+	assert.Empty(t, n.Of(s), "not a digest: nothing recorded")
 	first, other := "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "0000000000000000000000000000000000000000"
-	require.NoError(t, s.Record(first))
-	require.NoError(t, s.Record(first), "the same digest again agrees")
-	require.ErrorContains(t, s.Record(other), "another node")
-	assert.Equal(t, first, s.Digest())
+	require.NoError(t, n.Record(s, first))
+	require.NoError(t, n.Record(s, first), "the same digest again agrees")
+	require.ErrorContains(t, n.Record(s, other), "having named it")
+	assert.Equal(t, first, n.Of(s))
 }
 
-// Until a server named the script, Run sends its source (EVAL); once
-// learned, its digest (EVALSHA); a server that lost it (SCRIPT FLUSH)
+// A digest one node named is that node's alone: another node gets the
+// script as EVAL until it names the digest itself, whatever the first
+// named (here another script's digest, as a proxy that rewrites scripts
+// would). The control: a node that named the same digest goes by it.
+func TestADigestIsTrustedOnlyByTheNodeThatNamedIt(t *testing.T) {
+	s := New(src)
+	var odd, honest, agreeing Names
+	wrong, right := "0000000000000000000000000000000000000000", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
+	require.NoError(t, odd.Record(s, wrong))
+	assert.Equal(t, wrong, odd.Of(s))
+	assert.Empty(t, honest.Of(s), "a node that named nothing goes by no digest")
+	require.NoError(t, honest.Record(s, right), "each node names its own")
+	assert.Equal(t, right, honest.Of(s))
+	require.NoError(t, agreeing.Record(s, right))
+	assert.Equal(t, right, s.Digest(), "the shared form goes by the digest most nodes named")
+}
+
+// The shared form's digest follows the nodes' votes: the first named
+// until another is named by more nodes.
+func TestTheScriptsDigestIsTheOneMostNodesNamed(t *testing.T) {
+	s := New(src)
+	a, b := "0000000000000000000000000000000000000000", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
+	var n1, n2, n3 Names
+	require.NoError(t, n1.Record(s, a))
+	assert.Equal(t, a, s.Digest())
+	require.NoError(t, n2.Record(s, b))
+	assert.Equal(t, a, s.Digest(), "a tie keeps the first")
+	require.NoError(t, n3.Record(s, b))
+	assert.Equal(t, b, s.Digest(), "two nodes against one")
+	require.NoError(t, n3.Record(s, b), "a node that names the same again does not vote again")
+	require.NoError(t, (&Names{}).Record(s, a))
+	assert.Equal(t, b, s.Digest(), "a tie keeps the one it has")
+}
+
+// A trusted digest (a test's own server) serves every node that named
+// none; a node's own stays its own; a second trusted digest is refused.
+func TestATrustedDigestServesEveryNodeThatNamedNone(t *testing.T) {
+	s := New(src)
+	var n, own Names
+	trusted, other := "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "0000000000000000000000000000000000000000"
+	require.NoError(t, own.Record(s, other))
+	require.Error(t, s.Trust("OK"))
+	require.NoError(t, s.Trust(trusted))
+	require.NoError(t, s.Trust(trusted))
+	require.Error(t, s.Trust(other))
+	assert.Equal(t, trusted, n.Of(s))
+	assert.Equal(t, other, own.Of(s))
+	assert.Equal(t, trusted, s.Digest())
+}
+
+// Until the node named the script, Run sends its source (EVAL); once
+// learned, its digest (EVALSHA); a node that lost it (SCRIPT FLUSH)
 // answers NOSCRIPT, and the source follows.
-func TestRunSendsTheSourceUntilTheDigestIsLearned(t *testing.T) {
-	n := node(t)
+func TestRunSendsTheSourceUntilTheNodeNamedTheDigest(t *testing.T) {
+	c := node(t)
 	ctx := t.Context()
 	s := New(src)
-	require.NoError(t, s.Run(ctx, n, []string{"k"}).Err())
-	assert.Equal(t, [2]int64{1, 0}, [2]int64{n.evals.Load(), n.evalshas.Load()}, "EVAL while unknown")
+	var n Names
+	require.NoError(t, n.Run(ctx, c, s, []string{"k"}).Err())
+	assert.Equal(t, [2]int64{1, 0}, [2]int64{c.evals.Load(), c.evalshas.Load()}, "EVAL while unknown")
 
-	require.NoError(t, s.Learn(ctx, n))
-	want, err := n.Client.ScriptLoad(ctx, src).Result()
+	require.NoError(t, n.Learn(ctx, c, s))
+	want, err := c.Client.ScriptLoad(ctx, src).Result()
 	require.NoError(t, err)
-	assert.Equal(t, want, s.Digest(), "the server's name for it")
-	require.NoError(t, s.Run(ctx, n, []string{"k"}).Err())
-	assert.Equal(t, [2]int64{1, 1}, [2]int64{n.evals.Load(), n.evalshas.Load()}, "EVALSHA once learned")
+	assert.Equal(t, want, n.Of(s), "the server's name for it")
+	require.NoError(t, n.Run(ctx, c, s, []string{"k"}).Err())
+	assert.Equal(t, [2]int64{1, 1}, [2]int64{c.evals.Load(), c.evalshas.Load()}, "EVALSHA once learned")
 
-	require.NoError(t, n.ScriptFlush(ctx).Err())
-	v, err := s.Run(ctx, n, []string{"k"}).Int64()
+	require.NoError(t, c.ScriptFlush(ctx).Err())
+	v, err := n.Run(ctx, c, s, []string{"k"}).Int64()
 	require.NoError(t, err)
 	assert.EqualValues(t, 3, v)
-	assert.Equal(t, [2]int64{2, 2}, [2]int64{n.evals.Load(), n.evalshas.Load()}, "NOSCRIPT, then EVAL")
+	assert.Equal(t, [2]int64{2, 2}, [2]int64{c.evals.Load(), c.evalshas.Load()}, "NOSCRIPT, then EVAL")
 }
 
 // Many uses while the digest is unknown start one SCRIPT LOAD, in the
 // background; the control is a second script, which nothing learned.
 func TestLearnSoonLoadsOnceForManyUses(t *testing.T) {
-	n := node(t)
+	c := node(t)
 	s, control := New(src), New(src+" ")
+	var n Names
 	var wg sync.WaitGroup
 	for range 20 {
-		wg.Go(func() { s.LearnSoon(t.Context(), n, time.Second) })
+		wg.Go(func() { n.LearnSoon(t.Context(), c, s, time.Second) })
 	}
 	wg.Wait()
-	require.Eventually(t, func() bool { return s.Digest() != "" }, 5*time.Second, time.Millisecond)
-	s.LearnSoon(t.Context(), n, time.Second) // known: nothing more
-	assert.EqualValues(t, 1, n.loads.Load())
-	assert.Empty(t, control.Digest())
+	require.Eventually(t, func() bool { return n.Of(s) != "" }, 5*time.Second, time.Millisecond)
+	n.LearnSoon(t.Context(), c, s, time.Second) // known: nothing more
+	assert.EqualValues(t, 1, c.loads.Load())
+	assert.Empty(t, n.Of(control))
 }
 
 // A node whose ACL refuses SCRIPT LOAD is asked once, then not again
 // before the backoff: the script goes as EVAL meanwhile, at no extra
 // command per use.
 func TestLearnSoonBacksOffAfterARefusal(t *testing.T) {
-	n := node(t)
-	n.refuse = true
+	c := node(t)
+	c.refuse = true
 	s := New(src)
-	s.LearnSoon(t.Context(), n, time.Second)
+	var n Names
+	n.LearnSoon(t.Context(), c, s, time.Second)
+	e := n.entry(s)
 	require.Eventually(t, func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return !s.learning && s.failures == 1
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return !e.learning && e.failures == 1
 	}, 5*time.Second, time.Millisecond)
 	for range 50 {
-		s.LearnSoon(t.Context(), n, time.Second)
-		require.NoError(t, s.Run(t.Context(), n, []string{"k"}).Err())
+		n.LearnSoon(t.Context(), c, s, time.Second)
+		require.NoError(t, n.Run(t.Context(), c, s, []string{"k"}).Err())
 	}
-	assert.EqualValues(t, 1, n.loads.Load(), "one SCRIPT LOAD, not one per use")
-	assert.EqualValues(t, 50, n.evals.Load())
-	assert.Empty(t, s.Digest())
+	assert.EqualValues(t, 1, c.loads.Load(), "one SCRIPT LOAD, not one per use")
+	assert.EqualValues(t, 50, c.evals.Load())
+	assert.Empty(t, n.Of(s))
 
 	// The control: once the backoff has passed, it asks again.
-	n.refuse = false
-	s.mu.Lock()
-	s.retryAt = time.Now()
-	s.mu.Unlock()
-	s.LearnSoon(t.Context(), n, time.Second)
-	require.Eventually(t, func() bool { return s.Digest() != "" }, 5*time.Second, time.Millisecond)
-	assert.EqualValues(t, 2, n.loads.Load())
+	c.refuse = false
+	e.mu.Lock()
+	e.retryAt = time.Now()
+	e.mu.Unlock()
+	n.LearnSoon(t.Context(), c, s, time.Second)
+	require.Eventually(t, func() bool { return n.Of(s) != "" }, 5*time.Second, time.Millisecond)
+	assert.EqualValues(t, 2, c.loads.Load())
 }
 
 func TestLearnBackoffDoublesFromASecondToTenMinutes(t *testing.T) {

@@ -63,7 +63,9 @@ func trust(ctx context.Context, n wire.Node, maxTTL time.Duration, waitReplicas 
 func trustOn(ctx context.Context, n wire.Node, maxTTL time.Duration, waitReplicas int, seen string) (bool, error) {
 	cc, ok := n.(*redis.ClusterClient)
 	if !ok {
-		written, err := trustScript.Run(ctx, n, []string{markerKey}, markerExpiry(), maxTTL.Milliseconds(), waitReplicas, MaxTTLLimit.Milliseconds(), seen).Int64()
+		// As EVAL: trusting is rare, and a digest would be one more thing
+		// to learn from the node (see internal/luascript).
+		written, err := n.Eval(ctx, trustScript.Src, []string{markerKey}, markerExpiry(), maxTTL.Milliseconds(), waitReplicas, MaxTTLLimit.Milliseconds(), seen).Int64()
 		return written == 1, err
 	}
 	// Every slot's marker, written on the master that serves it, with that

@@ -24,14 +24,15 @@ type Node interface {
 // full (EVAL) until a server has named its digest, and again when a node
 // answers EVALSHA with NOSCRIPT, and what an error says of it.
 //
-// Its digest is learned from a server, never computed (see
+// Its digest is learned from each node, never computed (see
 // internal/luascript: Go's FIPS 140-3 "only" mode forbids SHA-1 in the
 // client): Warm records what SCRIPT LOAD answers on every node, and
 // otherwise a Link's first use of the script loads it in the background
-// (Submit). The digest is the source's, the same on every node, so one
-// learned serves every node for the rest of the process.
+// (Submit). A node gets the script by a digest only where it named that
+// digest itself (Link.Names), so that a node that names a script otherwise
+// cannot have another node run another script.
 type Script struct {
-	*luascript.Script        // Src, Digest, Record, Learn, LearnSoon, Run
+	*luascript.Script        // Src, Digest (the one most nodes named), Trust
 	Name              string // as errors name it: "the release script"
 	Calls             string // the commands it calls, which the node's ACL must allow
 	// SingleKey, if set, returns a command of the script in the form that
@@ -165,11 +166,11 @@ func (c Command) Name() string {
 	return strings.ToLower(name)
 }
 
-// Wire is the command as a pipeline sends it: a script goes as EVALSHA
-// with its digest, or as EVAL with its source while no server has named
-// the digest yet (one round trip on any node, where EVALSHA would meet
-// NOSCRIPT on a node that never ran it). Every node's command shares the
-// slice, which nothing writes.
+// Wire is the command's form shared by every node: a script goes as
+// EVALSHA with the digest most nodes named (Script.Digest), or as EVAL
+// with its source while no node has named one. Every node's command
+// shares the slice, which nothing writes; a node sends it as is only
+// where it named that digest itself (WireFor).
 func (c Command) Wire() []any {
 	if c.Script == nil || c.Args != nil {
 		return c.Args
@@ -184,6 +185,24 @@ func (c Command) Wire() []any {
 		a = append(a, k)
 	}
 	return append(a, c.Argv...)
+}
+
+// WireFor is the command as a node sends it that named the digest named
+// for its script ("" where it named none; see luascript.Names.Of): the
+// shared form (Wire) where that goes as EVAL or by this very digest, and
+// otherwise a form of its own with the script's source (EVAL), which the
+// node runs as sent (one round trip on any node, where EVALSHA would meet
+// NOSCRIPT on a node that never ran it, or run what a digest another node
+// named names here). The steady state, where every node named the same
+// digest, shares the slice and allocates nothing.
+func (c Command) WireFor(named string) []any {
+	w := c.Wire()
+	if c.Script == nil || len(w) < 2 || w[0] == "eval" || (named != "" && w[1] == named) {
+		return w
+	}
+	a := make([]any, 0, len(w))
+	a = append(a, "eval", c.Script.Src)
+	return append(a, w[2:]...)
 }
 
 // source is the script's source, or "" for a plain command.
@@ -289,6 +308,9 @@ type Link interface {
 	// Submit sends c and delivers its reply, once, to to.Receive(node, ...).
 	// It never blocks on the node.
 	Submit(ctx context.Context, c Command, s Send, to Receiver, node int)
+	// Names are the digests the node named for scripts: a script goes to
+	// it by digest (EVALSHA) only where it named that digest itself.
+	Names() *luascript.Names
 }
 
 // ErrNodeBusy fails a call that the transport refused: too many calls

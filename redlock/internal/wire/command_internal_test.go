@@ -22,7 +22,7 @@ func TestWireFormIsEVALUntilLearnedThenTheSameEVALSHA(t *testing.T) {
 	c := ScriptCommand(s, []string{"k"}, "v")
 	require.Equal(t, []any{"eval", s.Src, 1, "k", "v"}, c.Wire())
 
-	require.NoError(t, s.Learn(t.Context(), client))
+	require.NoError(t, s.TrustFrom(t.Context(), client))
 	var computed string
 	fips140.WithoutEnforcement(func() { computed = redis.NewScript(s.Src).Hash() })
 	require.Equal(t, []any{"evalsha", computed, 1, "k", "v"}, c.Wire())

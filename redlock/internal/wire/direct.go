@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlock/redlock/internal/luascript"
 )
 
 // Direct is the transport of a node without a pipeline (any Node but a
@@ -17,8 +18,9 @@ import (
 // caller that needs one says what to wait for (Send.After, Send.Await).
 type Direct[R any] struct {
 	node    Node
-	wait    *Wait    // nil: none
-	rider   Rider[R] // nil: none
+	names   luascript.Names // the digests the node named (see Submit)
+	wait    *Wait           // nil: none
+	rider   Rider[R]        // nil: none
 	sending atomic.Int32
 	riders  sync.Pool       // of *[]redis.Cmder, to gather a rider's commands in
 	outside *outsiders      // a Redis Cluster node's clients of masters its ClusterClient does not offer (see cluster.go); nil elsewhere
@@ -56,19 +58,20 @@ func (d *Direct[R]) admit() bool {
 }
 
 // Submit sends c from a goroutine of its own, and delivers its reply there.
-// A script whose digest no server has named yet is bound now, as EVAL, and
-// its first use learns the digest, as on the pipeline (see Pipeline.Submit):
-// no call waits for it, and the form a call goes in is decided when it is
-// submitted, on both transports. Why: a call sent as EVALSHA just after the
-// learning, to a node that never ran the script, would meet NOSCRIPT and
-// take a second round trip.
+// A script whose digest this node has not named is bound now as EVAL, and
+// its first use learns the digest, as on the pipeline (see
+// Pipeline.Submit): no call waits for it, and the form a call goes in is
+// decided when it is submitted, on both transports.
 func (d *Direct[R]) Submit(ctx context.Context, c Command, s Send, to Receiver, node int) {
-	if c.Script != nil && c.Script.Digest() == "" {
-		c.Script.LearnSoon(ctx, d.node, s.Timeout)
-		c = c.Bind()
+	if c.Script != nil && d.names.Of(c.Script.Script) == "" {
+		d.names.LearnSoon(ctx, d.node, c.Script.Script, s.Timeout)
+		c.Args = c.WireFor("")
 	}
 	go d.call(ctx, c, s, to, node)
 }
+
+// Names are the digests the node named for scripts.
+func (d *Direct[R]) Names() *luascript.Names { return &d.names }
 
 func (d *Direct[R]) call(ctx context.Context, c Command, s Send, to Receiver, node int) {
 	var took time.Duration // the call's round trip, once sent
@@ -166,13 +169,14 @@ func (d *Direct[R]) send(ctx context.Context, c Command) *redis.Cmd {
 	return cmd
 }
 
-// script runs c's script: as EVAL where it was bound so (its digest was
-// unknown when it was submitted), else by its digest (luascript's Run).
+// script runs c's script: as EVAL where it was bound so (the node had
+// named no digest when it was submitted), else by the digest the node
+// named, EVAL after NOSCRIPT (luascript.Names.Run).
 func (d *Direct[R]) script(ctx context.Context, c Command) *redis.Cmd {
 	if len(c.Args) > 0 && c.Args[0] == "eval" {
 		return d.node.Eval(ctx, c.Script.Src, c.Keys, c.Argv...)
 	}
-	return c.Script.Run(ctx, d.node, c.Keys, c.Argv...)
+	return d.names.Run(ctx, d.node, c.Script.Script, c.Keys, c.Argv...)
 }
 
 // narrowed returns c's single-key form (Script.SingleKey) when err is the
@@ -213,7 +217,10 @@ func (d *Direct[R]) sendPaired(ctx context.Context, c Command, w *Wait, guarded 
 	var waitArgs []any
 	suspect := false // a NOSCRIPT: the node's script cache is new, and scripts go as EVAL
 	for resend := false; ; resend = true {
-		args := c.Wire()
+		args := c.Args
+		if c.Script != nil {
+			args = c.WireFor(d.names.Of(c.Script.Script))
+		}
 		if suspect {
 			args = append([]any{"eval", c.Script.Src}, args[2:]...)
 		}

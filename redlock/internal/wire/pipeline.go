@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redlock/redlock/drift"
+	"github.com/redlock/redlock/internal/luascript"
 )
 
 // Pipeline is the transport the coordinator gives each *redis.Client node
@@ -71,6 +72,7 @@ import (
 //     TestPipelineReleaseIsLastUnderRandomSchedules checks it.
 type Pipeline[R any] struct {
 	client     *redis.Client
+	names      luascript.Names // the digests the node named (see Submit)
 	pipes      sync.Pool       // of *batchPipe: go-redis pipelines to reuse
 	wait       *Wait           // WAIT after batches with writes to replicate; nil: none
 	rider      Rider[R]        // the node guard, whose companions follow batches with guarded commands; nil: none
@@ -170,6 +172,9 @@ func NewPipeline[R any](client *redis.Client, w *Wait, rider Rider[R], stallAfte
 
 var _ Link = (*Pipeline[struct{}])(nil)
 
+// Names are the digests the node named for scripts.
+func (p *Pipeline[R]) Names() *luascript.Names { return &p.names }
+
 // Submit queues c. Its reply goes to to once its batch is back, or at once
 // when the queue refuses it (ErrNodeBusy: the queue is full, or the node
 // stopped answering) or s.Skip does.
@@ -182,16 +187,20 @@ func (p *Pipeline[R]) Submit(ctx context.Context, c Command, s Send, to Receiver
 			return
 		}
 	}
-	// A script whose digest no server has named yet goes as EVAL (Wire),
-	// and its first use learns the digest (SCRIPT LOAD, in the background,
-	// on a pooled connection of its own): that command names no key and
-	// is never queued, so order per key, reruns and withdrawal are as for
-	// any command; only the wire form of the script's later commands
-	// changes, to EVALSHA.
-	if c.Script != nil && c.Script.Digest() == "" {
-		c.Script.LearnSoon(ctx, p.client, s.Timeout)
+	// A script whose digest this node has not named goes as EVAL
+	// (WireFor), and its first use learns the digest (SCRIPT LOAD, in the
+	// background, on a pooled connection of its own): that command names
+	// no key and is never queued, so order per key, reruns and withdrawal
+	// are as for any command; only the wire form of the script's later
+	// commands to this node changes, to EVALSHA.
+	wire := c.Args
+	if c.Script != nil {
+		named := p.names.Of(c.Script.Script)
+		if named == "" {
+			p.names.LearnSoon(ctx, p.client, c.Script.Script, s.Timeout)
+		}
+		wire = c.WireFor(named)
 	}
-	wire := c.Wire()
 	j := job{cmd: redis.NewCmd(ctx, wire...), key: c.Key, lease: c.Lease, role: c.Role, replicate: c.Replicate && p.wait != nil, guarded: c.Guarded && p.rider != nil, timeout: s.Timeout, src: c.source(), to: to, node: node}
 	if keys := c.OrderedBy(); len(keys) > 1 {
 		j.keys = keys

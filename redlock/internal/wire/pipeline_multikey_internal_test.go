@@ -143,7 +143,7 @@ func TestPipelineKeepsAMultiKeyCommandInOrderOnEveryKey(t *testing.T) {
 			ctx := t.Context()
 			// Loaded and learned, so that nothing meets NOSCRIPT and runs
 			// again, and no first use loads it through the turnstile.
-			require.NoError(t, logScript.Learn(ctx, client))
+			require.NoError(t, logScript.TrustFrom(ctx, client))
 			p := &pipeline{client: client}
 			submit := func(c Command) replies {
 				r := make(replies, 1)
@@ -312,7 +312,7 @@ func TestPipelineKeepsOrderPerKeyUnderRandomSchedules(t *testing.T) {
 				case 4:
 					require.NoError(t, admin.ScriptFlush(ctx).Err())
 					if rng.IntN(2) == 0 {
-						require.NoError(t, log.Learn(ctx, admin)) // loaded again, and learned if it was not
+						require.NoError(t, log.TrustFrom(ctx, admin)) // loaded again, and learned if it was not
 					}
 				}
 				if rng.IntN(4) == 0 {

@@ -133,7 +133,7 @@ func (rs releaseSchedule) run(t *testing.T, p *pipeline, seed int, wrap func(to 
 	rng := rand.New(rand.NewPCG(uint64(seed), rs.stream))
 	for _, s := range scripts {
 		if rng.IntN(2) == 0 {
-			require.NoError(t, s.Learn(ctx, rs.admin))
+			require.NoError(t, s.TrustFrom(ctx, rs.admin))
 		}
 	}
 	rs.m.FlushAll()
@@ -191,7 +191,7 @@ func (rs releaseSchedule) run(t *testing.T, p *pipeline, seed int, wrap func(to 
 			require.NoError(t, rs.admin.ScriptFlush(ctx).Err())
 			for _, s := range scripts {
 				if rng.IntN(2) == 0 {
-					require.NoError(t, s.Learn(ctx, rs.admin)) // loaded again, and learned if it was not
+					require.NoError(t, s.TrustFrom(ctx, rs.admin)) // loaded again, and learned if it was not
 				}
 			}
 		}

@@ -262,7 +262,7 @@ func TestPipelineResendsScriptsAfterNoscript(t *testing.T) {
 	m, client, p := counted(t, hooks)
 	require.NoError(t, m.Set("k", "v"))
 	release := loadScript("release", releaseScript.Calls)
-	require.NoError(t, release.Learn(t.Context(), client), "its digest known: it goes as EVALSHA")
+	require.NoError(t, release.TrustFrom(t.Context(), client), "its digest known: it goes as EVALSHA")
 	require.NoError(t, client.ScriptFlush(t.Context()).Err())
 
 	round := quorum.Begin[Outcome](1)
