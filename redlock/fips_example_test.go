@@ -24,12 +24,12 @@ import (
 //
 // The library works there unchanged. Redis names cached scripts by the
 // SHA-1 of their source, which the client must not compute, so the
-// library learns each script's digest from a server instead: Warm records
-// what SCRIPT LOAD answers on every node, so that scripts go by digest
-// (EVALSHA) from the first lock; without Warm, a script's first use goes
-// with its source (EVAL) and one SCRIPT LOAD per script per process, in
-// the background, learns its digest. A node that refuses SCRIPT LOAD
-// still works: its scripts keep going as EVAL.
+// library learns each script's digest from each node instead: Warm
+// records what SCRIPT LOAD answers on every node, so that scripts go by
+// digest (EVALSHA) from the first lock; without Warm, a script's first use
+// on a node goes with its source (EVAL) and one SCRIPT LOAD per script and
+// node, in the background, learns the digest that node names. A node that
+// refuses SCRIPT LOAD still works: its scripts keep going as EVAL.
 //
 // This example runs in either mode (the library's tests run it under
 // GODEBUG=fips140=only too). Its in-process servers compute their SHA-1
