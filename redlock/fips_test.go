@@ -354,3 +354,37 @@ func TestAWrongDigestFromOneNodeDoesNotPoisonTheOthers(t *testing.T) {
 	assert.Equal(t, 3*n, h.get("evalsha"), "a release per cycle on each node, by digest")
 	assert.Zero(t, h.get("eval"), "no release went again by its source: the honest nodes have the script")
 }
+
+// The digest a script's shared wire form goes by is the one most nodes
+// named over the process's life, and a node keeps its vote after its
+// Locker is gone: Lockers made one after another on a deployment that
+// names a script otherwise (here one node, a Locker per tenant) outvote
+// an honest deployment's nodes. On the pipelined transport every command
+// to an honest node then goes by its source (EVAL, a form built per node
+// per command), though each honest node named the right digest. The
+// control is the count on the honest nodes, as in
+// TestAWrongDigestFromOneNodeDoesNotPoisonTheOthers, which one odd node
+// against three honest ones passes.
+func TestOtherLockersOddDigestsDoNotMakeHonestNodesGoByEVAL(t *testing.T) {
+	if runAlonePerTransport(t) {
+		return
+	}
+	ctx := t.Context()
+	odd := redistest.Miniredis(t)
+	trust(odd)
+	oddClient := newClient(t, odd.Addr())
+	oddClient.AddHook(nameLoad{src: readScript(t, "release"), digest: strings.Repeat("0123456789", 4)})
+	for range 4 { // a Locker per tenant, each dropped after use
+		behindTheProxy := newLocker(t, []redlock.Node{oddClient}, &redlock.Options{NoQuarantine: true})
+		_ = behindTheProxy.Warm(ctx)
+	}
+
+	h := &commands{}
+	c := counted(t, 3, h)
+	l := newLocker(t, c.nodes(nil), &redlock.Options{NoQuarantine: true})
+	require.NoError(t, l.Warm(ctx), "every honest node names the right digest")
+	const n = 10
+	cycles(t, l, "k", n)
+	assert.Equal(t, 3*n, h.get("evalsha"), "a release per cycle on each node, by the digest it named")
+	assert.Zero(t, h.get("eval"), "no release went by its source: each honest node named its digest")
+}
