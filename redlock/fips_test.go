@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -387,4 +388,55 @@ func TestOtherLockersOddDigestsDoNotMakeHonestNodesGoByEVAL(t *testing.T) {
 	cycles(t, l, "k", n)
 	assert.Equal(t, 3*n, h.get("evalsha"), "a release per cycle on each node, by the digest it named")
 	assert.Zero(t, h.get("eval"), "no release went by its source: each honest node named its digest")
+}
+
+// untilFixed is rewriteLoad until fixed is set: a proxy in front of the
+// node that rewrites scripts, then is taken away (or the node restarts as
+// a server that names scripts as Redis does).
+type untilFixed struct {
+	rewriteLoad
+	fixed *atomic.Bool
+}
+
+func (h untilFixed) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	rewrite := h.rewriteLoad.ProcessHook(next)
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.fixed.Load() {
+			return next(ctx, cmd)
+		}
+		return rewrite(ctx, cmd)
+	}
+}
+
+// A node that named the check script by the release script's digest (a
+// rewriting proxy), and names it right once the proxy is gone, has named
+// one source two ways: Warm says so, and such a node "is not to be
+// trusted with either" (luascript.Names.Record). Yet its first digest
+// stays its own for the process's life: on the direct transport, which
+// sends a script by the node's own digest (Names.Run), every Check on it
+// still runs the release script by EVALSHA and deletes the lease's key
+// there, though the node itself is now as honest as the others. (The
+// pipeline sends it as EVAL here only because the honest nodes outvoted
+// it for the shared form.) The control: the honest nodes keep the key.
+func TestANodeThatNamedAScriptTwoWaysIsTrustedWithNeither(t *testing.T) {
+	if runAlonePerTransport(t) {
+		return
+	}
+	ctx := t.Context()
+	c := newCluster(t, 3)
+	fixed := new(atomic.Bool)
+	c.clients[0].AddHook(untilFixed{rewriteLoad{from: readScript(t, "check"), to: readScript(t, "release")}, fixed})
+	l := newLocker(t, c.nodes(nil), &redlock.Options{NoQuarantine: true})
+	_ = l.Warm(ctx) // node 0 names the release script's digest for the check script
+
+	fixed.Store(true) // the proxy is gone
+	require.ErrorContains(t, l.Warm(ctx), "having named it", "node 0 now names the check script otherwise than before")
+	lease, err := l.Lock(ctx, "k", time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, lease.Check(ctx))
+	drain(t, l)
+	for i := 1; i < 3; i++ {
+		require.NotEmpty(t, lockKeys(c.servers[i]), "the control: honest node %d keeps the lease's key", i)
+	}
+	assert.NotEmpty(t, lockKeys(c.servers[0]), "node 0 ran the release script for a Check, by the digest it named first")
 }
