@@ -100,8 +100,8 @@ func LearnScripts(ctx context.Context, n Node) error {
 	return nil
 }
 
-// ScriptDigests is every script's digest, "" where none is known, by
-// name.
+// ScriptDigests is every script's digest trusted for every node
+// (LearnScripts), "" where none is, by name.
 func ScriptDigests() map[string]string {
 	d := make(map[string]string, len(scripts))
 	for _, s := range scripts {

@@ -66,7 +66,7 @@ func (l *Locker) fanOut(ctx context.Context, f fan, c wire.Command, read reader)
 	b.watched = c.Guarded && f.timing != nil
 	l.inflight.add(len(l.nodes))
 	if l.pipelined {
-		c = c.Bind() // one wire form, shared by every pipeline
+		c = c.BindBy(l.sharedDigest(c)) // one wire form, shared by every pipeline
 	}
 	var setting []chan struct{} // a release's: the calls that may set its value, per node
 	if c.Role == wire.RoleReleases && c.Lease != "" {
@@ -96,6 +96,39 @@ func (l *Locker) fanOut(ctx context.Context, f fan, c wire.Command, read reader)
 		n.link.Submit(ctx, c, s, b, i)
 	}
 	return round
+}
+
+// sharedDigest is the digest most of l's nodes named for c's script
+// (luascript.Names.Of; ties go to the first node's), "" for none or no
+// script: what the wire form every pipeline shares is bound by. A node
+// that named another, or none, gets a form of its own (EVAL: see
+// wire.Command.WireFor). Counting this Locker's nodes alone, now, keeps
+// other Lockers' nodes, and nodes of the past, out of it.
+func (l *Locker) sharedDigest(c wire.Command) string {
+	if c.Script == nil {
+		return ""
+	}
+	var named [8]string // on the stack for up to 8 nodes
+	ds := named[:0]
+	for i := range l.nodes {
+		ds = append(ds, l.nodes[i].link.Names().Of(c.Script.Script))
+	}
+	best, most := "", 0
+	for i, d := range ds {
+		if d == "" || d == best {
+			continue
+		}
+		count := 0
+		for _, e := range ds[i:] {
+			if e == d {
+				count++
+			}
+		}
+		if count > most {
+			best, most = d, count
+		}
+	}
+	return best
 }
 
 // setsValue reports whether c may put its lease's value on a node: an

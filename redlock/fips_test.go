@@ -204,7 +204,7 @@ func TestScriptsGoAsEVALUntilAServerNamesTheirDigest(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return slices.Equal(redlock.NodeDigests(l, "release"), []string{digest, digest, digest})
 	}, 10*time.Second, time.Millisecond, "each node named the digest")
-	assert.Equal(t, digest, redlock.ScriptDigests()["release"], "the digest the nodes named")
+	assert.Empty(t, redlock.ScriptDigests()["release"], "no digest is trusted for every node")
 
 	cycles(t, l, "k", 2)
 	assert.Equal(t, [2]int{3, 6}, [2]int{h.get("eval"), h.get("evalsha")}, "then as EVALSHA")

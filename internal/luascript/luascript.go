@@ -25,10 +25,10 @@
 // scripts, say, with this one's keys and arguments. So each node keeps
 // its own Names, and a script goes to a node by a digest only where that
 // node itself named it (in the SCRIPT LOAD that also cached it there);
-// elsewhere it goes as EVAL, whose source the node runs as sent. The
-// digest most nodes named is the Script's own (Digest): the one a command
-// shared by every node's pipeline is built with, so that the steady state
-// builds one wire form for all.
+// elsewhere it goes as EVAL, whose source the node runs as sent. A node
+// that names one script two ways is trusted with neither, for the rest of
+// the process. (A command shared by several nodes is built with the digest
+// most of its own nodes named: see the coordinator's fanOut.)
 //
 // It is for the library's own scripts (the coordinator's transport, the
 // fence package, the benchmark CLI's floor); it knows nothing of locks.
@@ -44,48 +44,25 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Script is a Lua script, the digest most nodes named for it, and a digest
-// trusted for every node where one was learned from a server known to be
-// honest (Trust). Its zero value is not usable: make one with New.
+// Script is a Lua script, and a digest trusted for every node where one
+// was learned from a server known to be honest (Trust). Its zero value is
+// not usable: make one with New.
 type Script struct {
 	Src     string
-	digest  atomic.Pointer[string] // the digest most nodes named; nil: none yet
 	trusted atomic.Pointer[string] // see Trust; nil: none
-
-	mu    sync.Mutex
-	votes map[string]int // nodes that named each digest
 }
 
 // New returns src as a Script whose digest is not known yet. It computes
 // nothing.
 func New(src string) *Script { return &Script{Src: src} }
 
-// Digest is the digest commands shared by every node are built with: the
-// trusted one (Trust), else the one most nodes named, "" while none has.
-// A node that did not name it itself gets the script as EVAL (see
-// Names.Of and the package comment). It is an atomic load.
+// Digest is the script's trusted digest (Trust), "" where none is: what
+// a node that named none is sent the script by. It is an atomic load.
 func (s *Script) Digest() string {
 	if d := s.trusted.Load(); d != nil {
 		return *d
 	}
-	if d := s.digest.Load(); d != nil {
-		return *d
-	}
 	return ""
-}
-
-// vote counts a node that named d, and makes d the Script's digest once
-// more nodes named it than the digest it has.
-func (s *Script) vote(d string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.votes == nil {
-		s.votes = map[string]int{}
-	}
-	s.votes[d]++
-	if cur := s.digest.Load(); cur == nil || s.votes[d] > s.votes[*cur] {
-		s.digest.Store(&d)
-	}
 }
 
 // Trust makes d the script's digest on every node, whether or not a node
@@ -139,6 +116,9 @@ type Names struct {
 // named is what one node named for one script, and its learning's state.
 type named struct {
 	digest atomic.Pointer[string] // nil until the node named it
+	// twoWays: the node named the script two ways (Record), and is trusted
+	// with neither: the script goes to it as EVAL from then on.
+	twoWays atomic.Bool
 
 	mu       sync.Mutex
 	learning bool      // a SCRIPT LOAD is in flight
@@ -155,11 +135,16 @@ func (n *Names) entry(s *Script) *named {
 }
 
 // Of is the digest to send s to this node by: the one the node named, or
-// the script's trusted digest (Script.Trust), "" where neither is known
-// and s must go as EVAL. One map load and one atomic load.
+// the script's trusted digest (Script.Trust), "" where neither is known,
+// or the node named s two ways, and s must go as EVAL. One map load and
+// two atomic loads.
 func (n *Names) Of(s *Script) string {
 	if e, ok := n.m.Load(s); ok {
-		if d := e.(*named).digest.Load(); d != nil {
+		e := e.(*named)
+		if e.twoWays.Load() {
+			return ""
+		}
+		if d := e.digest.Load(); d != nil {
 			return *d
 		}
 	}
@@ -170,23 +155,25 @@ func (n *Names) Of(s *Script) string {
 }
 
 // Record keeps d, which this node answered to SCRIPT LOAD of s, as s's
-// digest on this node, and counts it towards s's own (Script.Digest). It
-// refuses a d that is not a digest (ValidDigest), and one that differs
-// from what the node named before (the first stays): a node that names
-// one source two ways is not to be trusted with either, and the error
-// says so.
+// digest on this node. It refuses a d that is not a digest (ValidDigest),
+// and one that differs from what the node named before: a node that names
+// one source two ways is trusted with neither from then on (Of is "", and
+// s goes to it as EVAL, whose source it runs as sent), and the error says
+// so.
 func (n *Names) Record(s *Script, d string) error {
 	if !ValidDigest(d) {
 		return fmt.Errorf("the node named the script %q, which is not a digest (40 lower-case hex digits)", d)
 	}
 	e := n.entry(s)
+	if e.twoWays.Load() {
+		return fmt.Errorf("the node named the script two ways before, and is trusted with neither: it goes as EVAL")
+	}
 	if !e.digest.CompareAndSwap(nil, &d) {
 		if known := *e.digest.Load(); known != d {
-			return fmt.Errorf("the node named the script %s, having named it %s before", d, known)
+			e.twoWays.Store(true)
+			return fmt.Errorf("the node named the script %s, having named it %s before: trusted with neither, it goes as EVAL", d, known)
 		}
-		return nil
 	}
-	s.vote(d)
 	return nil
 }
 
@@ -212,7 +199,7 @@ func (n *Names) Learn(ctx context.Context, c redis.Scripter, s *Script) error {
 // it serves the node for the process's life, not the call that started it.
 func (n *Names) LearnSoon(ctx context.Context, c redis.Scripter, s *Script, timeout time.Duration) {
 	e := n.entry(s)
-	if e.digest.Load() != nil {
+	if e.digest.Load() != nil || e.twoWays.Load() {
 		return
 	}
 	e.mu.Lock()

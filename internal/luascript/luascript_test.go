@@ -65,9 +65,10 @@ func TestValidDigestIsFortyLowerCaseHexDigits(t *testing.T) {
 }
 
 // A node's digest is recorded once; the same node naming the script
-// otherwise is refused, and its first digest stays. Something that is not
-// a digest is never recorded.
-func TestRecordKeepsTheNodesFirstDigestAndRefusesAnother(t *testing.T) {
+// otherwise is trusted with neither from then on (the script goes to it
+// as EVAL), and is not asked again. Something that is not a digest is
+// never recorded.
+func TestANodeThatNamesAScriptTwoWaysIsTrustedWithNeither(t *testing.T) {
 	s := New(src)
 	var n Names
 	require.Error(t, n.Record(s, "OK"))
@@ -75,42 +76,31 @@ func TestRecordKeepsTheNodesFirstDigestAndRefusesAnother(t *testing.T) {
 	first, other := "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "0000000000000000000000000000000000000000"
 	require.NoError(t, n.Record(s, first))
 	require.NoError(t, n.Record(s, first), "the same digest again agrees")
-	require.ErrorContains(t, n.Record(s, other), "having named it")
 	assert.Equal(t, first, n.Of(s))
+	require.ErrorContains(t, n.Record(s, other), "trusted with neither")
+	assert.Empty(t, n.Of(s), "neither digest")
+	require.Error(t, n.Record(s, first), "nor the first again")
+	assert.Empty(t, n.Of(s))
+	c := node(t)
+	n.LearnSoon(t.Context(), c, s, time.Second)
+	require.NoError(t, n.Run(t.Context(), c, s, []string{"k"}).Err())
+	assert.Equal(t, [3]int64{0, 1, 0}, [3]int64{c.loads.Load(), c.evals.Load(), c.evalshas.Load()}, "as EVAL, and not learned again")
 }
 
 // A digest one node named is that node's alone: another node gets the
 // script as EVAL until it names the digest itself, whatever the first
-// named (here another script's digest, as a proxy that rewrites scripts
-// would). The control: a node that named the same digest goes by it.
+// named (here a digest of no script, as a proxy that rewrites scripts
+// might answer), and no digest is trusted for every node.
 func TestADigestIsTrustedOnlyByTheNodeThatNamedIt(t *testing.T) {
 	s := New(src)
-	var odd, honest, agreeing Names
+	var odd, honest Names
 	wrong, right := "0000000000000000000000000000000000000000", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
 	require.NoError(t, odd.Record(s, wrong))
 	assert.Equal(t, wrong, odd.Of(s))
 	assert.Empty(t, honest.Of(s), "a node that named nothing goes by no digest")
 	require.NoError(t, honest.Record(s, right), "each node names its own")
 	assert.Equal(t, right, honest.Of(s))
-	require.NoError(t, agreeing.Record(s, right))
-	assert.Equal(t, right, s.Digest(), "the shared form goes by the digest most nodes named")
-}
-
-// The shared form's digest follows the nodes' votes: the first named
-// until another is named by more nodes.
-func TestTheScriptsDigestIsTheOneMostNodesNamed(t *testing.T) {
-	s := New(src)
-	a, b := "0000000000000000000000000000000000000000", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
-	var n1, n2, n3 Names
-	require.NoError(t, n1.Record(s, a))
-	assert.Equal(t, a, s.Digest())
-	require.NoError(t, n2.Record(s, b))
-	assert.Equal(t, a, s.Digest(), "a tie keeps the first")
-	require.NoError(t, n3.Record(s, b))
-	assert.Equal(t, b, s.Digest(), "two nodes against one")
-	require.NoError(t, n3.Record(s, b), "a node that names the same again does not vote again")
-	require.NoError(t, (&Names{}).Record(s, a))
-	assert.Equal(t, b, s.Digest(), "a tie keeps the one it has")
+	assert.Empty(t, s.Digest(), "nothing is trusted for every node")
 }
 
 // A trusted digest (a test's own server) serves every node that named

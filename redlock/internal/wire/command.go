@@ -142,14 +142,28 @@ func (c Command) OrderedBy() []string {
 	return c.Keys[:c.OrderKeys]
 }
 
-// Bind computes c's wire form once, so that every node's pipeline shares
-// it instead of building its own. Call it before submitting c to several
-// pipelines.
-func (c Command) Bind() Command {
+// Bind computes c's wire form once (Wire), so that every node's pipeline
+// shares it instead of building its own.
+func (c Command) Bind() Command { return c.BindBy(c.digest()) }
+
+// BindBy computes c's wire form once, by digest (EVALSHA; EVAL with the
+// source where digest is ""), so that every node's pipeline shares it
+// instead of building its own: call it before submitting c to several
+// pipelines, with the digest most of them named (see WireFor).
+func (c Command) BindBy(digest string) Command {
 	if c.Script != nil && c.Args == nil {
-		c.Args = c.Wire()
+		c.Args = c.form(digest)
 	}
 	return c
+}
+
+// digest is c's script's trusted digest (luascript.Script.Trust), "" for
+// none or no script.
+func (c Command) digest() string {
+	if c.Script == nil {
+		return ""
+	}
+	return c.Script.Digest()
 }
 
 // Name is c's command name as go-redis gives a command's, in lower case:
@@ -166,18 +180,23 @@ func (c Command) Name() string {
 	return strings.ToLower(name)
 }
 
-// Wire is the command's form shared by every node: a script goes as
-// EVALSHA with the digest most nodes named (Script.Digest), or as EVAL
-// with its source while no node has named one. Every node's command
-// shares the slice, which nothing writes; a node sends it as is only
-// where it named that digest itself (WireFor).
+// Wire is the command's form as bound (Bind, BindBy), or else by its
+// script's trusted digest (EVALSHA), or with its source (EVAL). Every
+// node's command shares a bound form, which nothing writes; a node sends
+// it as is only where it named that digest itself (WireFor).
 func (c Command) Wire() []any {
 	if c.Script == nil || c.Args != nil {
 		return c.Args
 	}
+	return c.form(c.digest())
+}
+
+// form is c's script command by digest (EVALSHA), or with its source
+// (EVAL) where digest is "".
+func (c Command) form(digest string) []any {
 	a := make([]any, 0, 3+len(c.Keys)+len(c.Argv))
-	if d := c.Script.Digest(); d != "" {
-		a = append(a, "evalsha", d, len(c.Keys))
+	if digest != "" {
+		a = append(a, "evalsha", digest, len(c.Keys))
 	} else {
 		a = append(a, "eval", c.Script.Src, len(c.Keys))
 	}
@@ -188,16 +207,24 @@ func (c Command) Wire() []any {
 }
 
 // WireFor is the command as a node sends it that named the digest named
-// for its script ("" where it named none; see luascript.Names.Of): the
-// shared form (Wire) where that goes as EVAL or by this very digest, and
-// otherwise a form of its own with the script's source (EVAL), which the
-// node runs as sent (one round trip on any node, where EVALSHA would meet
-// NOSCRIPT on a node that never ran it, or run what a digest another node
-// named names here). The steady state, where every node named the same
-// digest, shares the slice and allocates nothing.
+// for its script ("" where it named none; see luascript.Names.Of). An
+// unbound command is built for the node: by that digest, or with the
+// source. A bound one is sent as it is where it goes as EVAL or by this
+// very digest, and otherwise in a form of its own with the script's source
+// (EVAL), which the node runs as sent (one round trip on any node, where
+// EVALSHA would meet NOSCRIPT on a node that never ran it, or run what a
+// digest another node named names here). The steady state, where every
+// node named the digest the command was bound by, shares the slice and
+// allocates nothing.
 func (c Command) WireFor(named string) []any {
-	w := c.Wire()
-	if c.Script == nil || len(w) < 2 || w[0] == "eval" || (named != "" && w[1] == named) {
+	if c.Script == nil {
+		return c.Args
+	}
+	if c.Args == nil {
+		return c.form(named)
+	}
+	w := c.Args
+	if len(w) < 2 || w[0] == "eval" || (named != "" && w[1] == named) {
 		return w
 	}
 	a := make([]any, 0, len(w))
