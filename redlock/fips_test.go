@@ -269,16 +269,14 @@ func (h rewriteLoad) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	return next
 }
 
-// The digest one node names for a script is the process's for every node:
-// a node that names another script's digest (here the release script's,
-// for the check script: a rewriting proxy in front of one deployment)
-// makes every later Check, on every node of every Locker of the process,
-// run the release script by EVALSHA. The lease's key is deleted on the
-// honest nodes while Check reports it held, and a second Locker takes the
-// key: a lease granted twice. Before the digests were learned, Warm
-// checked each answer against the SHA-1 the client computed; now the
-// first answer is recorded unchecked (luascript.Record only refuses a
-// second, different one), and an honest node's answer is refused instead.
+// A digest one node names for a script is trusted on that node alone: a
+// node that names another script's digest (here the release script's, for
+// the check script: a rewriting proxy in front of one deployment) cannot
+// make the honest nodes of another Locker run the release script by
+// EVALSHA when they are sent Check. Were it the process's digest for every
+// node (the first design of learned digests), Check would delete the
+// lease's key on the honest nodes while reporting it held, and a second
+// Locker would take the key: a lease granted twice.
 func TestADigestOneNodeNamesDoesNotRunAnotherScriptOnTheOthers(t *testing.T) {
 	if runAlonePerTransport(t) {
 		return
@@ -326,14 +324,12 @@ func (h nameLoad) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	return next
 }
 
-// A digest that names no script, answered by one node, is the process's
-// for every node: from then on every release on the honest nodes goes as
-// EVALSHA, meets NOSCRIPT, and goes again as EVAL (two round trips where
-// a node's budget is one, and a NOSCRIPT that the node guard reads as a
-// new server process), for the rest of the process, though every honest
-// node named the right digest (Warm reports them as the ones that differ).
-// The control is the count on the honest nodes: a release per cycle on
-// each, by digest, and no EVAL.
+// A digest that names no script, answered by one node, stays that node's:
+// the honest nodes, which named the right digest, get every release by it
+// (EVALSHA, no EVAL). Were it the process's digest for every node, every
+// release on them would meet NOSCRIPT and go again as EVAL (two round
+// trips where a node's budget is one, and a NOSCRIPT that the node guard
+// reads as a new server process), for the rest of the process.
 func TestAWrongDigestFromOneNodeDoesNotPoisonTheOthers(t *testing.T) {
 	if runAlonePerTransport(t) {
 		return
@@ -356,16 +352,14 @@ func TestAWrongDigestFromOneNodeDoesNotPoisonTheOthers(t *testing.T) {
 	assert.Zero(t, h.get("eval"), "no release went again by its source: the honest nodes have the script")
 }
 
-// The digest a script's shared wire form goes by is the one most nodes
-// named over the process's life, and a node keeps its vote after its
-// Locker is gone: Lockers made one after another on a deployment that
-// names a script otherwise (here one node, a Locker per tenant) outvote
-// an honest deployment's nodes. On the pipelined transport every command
-// to an honest node then goes by its source (EVAL, a form built per node
-// per command), though each honest node named the right digest. The
-// control is the count on the honest nodes, as in
-// TestAWrongDigestFromOneNodeDoesNotPoisonTheOthers, which one odd node
-// against three honest ones passes.
+// The digest a script's shared wire form goes by is the one most of the
+// Locker's own nodes named (fanOut), so Lockers made one after another on
+// a deployment that names a script otherwise (here one node, a Locker per
+// tenant) do not change how an honest Locker's nodes are sent it: by
+// digest. Had the nodes of every Locker of the process voted, and kept
+// their votes after their Locker was gone, they would outvote the honest
+// nodes, and on the pipelined transport every command to an honest node
+// would go by its source (EVAL, a form built per node per command).
 func TestOtherLockersOddDigestsDoNotMakeHonestNodesGoByEVAL(t *testing.T) {
 	if runAlonePerTransport(t) {
 		return
@@ -410,14 +404,12 @@ func (h untilFixed) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 // A node that named the check script by the release script's digest (a
 // rewriting proxy), and names it right once the proxy is gone, has named
-// one source two ways: Warm says so, and such a node "is not to be
-// trusted with either" (luascript.Names.Record). Yet its first digest
-// stays its own for the process's life: on the direct transport, which
-// sends a script by the node's own digest (Names.Run), every Check on it
-// still runs the release script by EVALSHA and deletes the lease's key
-// there, though the node itself is now as honest as the others. (The
-// pipeline sends it as EVAL here only because the honest nodes outvoted
-// it for the shared form.) The control: the honest nodes keep the key.
+// one source two ways: Warm says so, and the node is trusted with neither
+// digest from then on (luascript.Names.Record): the check script goes to
+// it as EVAL, so Check keeps the lease's key there, on both transports.
+// Had it kept its first digest, the direct transport, which sends a script
+// by the node's own digest, would run the release script there on every
+// Check. The control: the honest nodes keep the key too.
 func TestANodeThatNamedAScriptTwoWaysIsTrustedWithNeither(t *testing.T) {
 	if runAlonePerTransport(t) {
 		return
