@@ -28,7 +28,10 @@ func TestALineNameIsReservedAsALockName(t *testing.T) {
 	b := newLocker(t, c.nodes(nil), patient)
 	held, err := a.TryLock(t.Context(), "job", time.Minute)
 	require.NoError(t, err)
-	got := lockSoon(t, b, "job", 5*time.Second)
+	// b waits through the subtests below as well, and gets the lock once a
+	// releases it: its bound is for a hang, not a measure (on a loaded
+	// machine the subtests alone took seconds).
+	got := lockSoon(t, b, "job", 30*time.Second)
 	require.Eventually(t, func() bool { return inLine(c, "job", b) == 3 }, 5*time.Second, time.Millisecond, "b joined the line on every node")
 
 	for _, tc := range []struct{ name, key string }{
