@@ -248,24 +248,46 @@ func readScript(t *testing.T, name string) string {
 	return string(src)
 }
 
-// rewriteLoad is a go-redis hook that loads to in place of from when a
-// client sends SCRIPT LOAD of from, as a proxy that rewrites scripts (or a
-// node that is not Redis) would: the node then names to's digest for
-// from.
-type rewriteLoad struct{ from, to string }
+// onScriptLoad is a go-redis hook that acts on a SCRIPT LOAD of src before
+// it is sent, as a proxy in front of the node (or a node that is not
+// Redis) would: act may rewrite the command's arguments, or answer it
+// itself (done: nothing is sent). While off reports true (nil: never), it
+// lets every command through: the proxy is gone.
+type onScriptLoad struct {
+	src string
+	act func(args []any, cmd redis.Cmder) (done bool)
+	off func() bool
+}
 
-func (h rewriteLoad) DialHook(next redis.DialHook) redis.DialHook { return next }
+// rewriteLoad loads to in place of from: the node then names to's digest
+// for from.
+func rewriteLoad(from, to string) onScriptLoad {
+	return onScriptLoad{src: from, act: func(a []any, _ redis.Cmder) bool { a[2] = to; return false }}
+}
 
-func (h rewriteLoad) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+// nameLoad answers SCRIPT LOAD of src with digest, sending nothing.
+func nameLoad(src, digest string) onScriptLoad {
+	return onScriptLoad{src: src, act: func(_ []any, cmd redis.Cmder) bool {
+		cmd.(*redis.StringCmd).SetVal(digest)
+		return true
+	}}
+}
+
+func (h onScriptLoad) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h onScriptLoad) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if a := cmd.Args(); len(a) == 3 && cmd.Name() == "script" && strings.EqualFold(fmt.Sprint(a[1]), "load") && a[2] == h.from {
-			a[2] = h.to
+		a := cmd.Args()
+		if (h.off == nil || !h.off()) && len(a) == 3 && cmd.Name() == "script" && strings.EqualFold(fmt.Sprint(a[1]), "load") && a[2] == h.src {
+			if h.act(a, cmd) {
+				return nil
+			}
 		}
 		return next(ctx, cmd)
 	}
 }
 
-func (h rewriteLoad) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h onScriptLoad) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
 
@@ -285,7 +307,7 @@ func TestADigestOneNodeNamesDoesNotRunAnotherScriptOnTheOthers(t *testing.T) {
 	odd := redistest.Miniredis(t)
 	trust(odd)
 	oddClient := newClient(t, odd.Addr())
-	oddClient.AddHook(rewriteLoad{from: readScript(t, "check"), to: readScript(t, "release")})
+	oddClient.AddHook(rewriteLoad(readScript(t, "check"), readScript(t, "release")))
 	behindTheProxy := newLocker(t, []redlock.Node{oddClient}, &redlock.Options{NoQuarantine: true})
 	_ = behindTheProxy.Warm(ctx) // the odd node's answers are recorded first
 
@@ -304,26 +326,6 @@ func TestADigestOneNodeNamesDoesNotRunAnotherScriptOnTheOthers(t *testing.T) {
 	assert.ErrorIs(t, err, redlock.ErrNotObtained, "a second Locker must not get a key whose lease is held and checked")
 }
 
-// nameLoad is a go-redis hook that answers SCRIPT LOAD of src with digest,
-// sending nothing: a node (or a proxy) that names a digest of its own.
-type nameLoad struct{ src, digest string }
-
-func (h nameLoad) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h nameLoad) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if a := cmd.Args(); len(a) == 3 && cmd.Name() == "script" && strings.EqualFold(fmt.Sprint(a[1]), "load") && a[2] == h.src {
-			cmd.(*redis.StringCmd).SetVal(h.digest)
-			return nil
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (h nameLoad) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
 // A digest that names no script, answered by one node, stays that node's:
 // the honest nodes, which named the right digest, get every release by it
 // (EVALSHA, no EVAL). Were it the process's digest for every node, every
@@ -338,7 +340,7 @@ func TestAWrongDigestFromOneNodeDoesNotPoisonTheOthers(t *testing.T) {
 	odd := redistest.Miniredis(t)
 	trust(odd)
 	oddClient := newClient(t, odd.Addr())
-	oddClient.AddHook(nameLoad{src: readScript(t, "release"), digest: strings.Repeat("0123456789", 4)})
+	oddClient.AddHook(nameLoad(readScript(t, "release"), strings.Repeat("0123456789", 4)))
 	behindTheProxy := newLocker(t, []redlock.Node{oddClient}, &redlock.Options{NoQuarantine: true})
 	_ = behindTheProxy.Warm(ctx) // the odd node's answer is recorded first
 
@@ -368,7 +370,7 @@ func TestOtherLockersOddDigestsDoNotMakeHonestNodesGoByEVAL(t *testing.T) {
 	odd := redistest.Miniredis(t)
 	trust(odd)
 	oddClient := newClient(t, odd.Addr())
-	oddClient.AddHook(nameLoad{src: readScript(t, "release"), digest: strings.Repeat("0123456789", 4)})
+	oddClient.AddHook(nameLoad(readScript(t, "release"), strings.Repeat("0123456789", 4)))
 	for range 4 { // a Locker per tenant, each dropped after use
 		behindTheProxy := newLocker(t, []redlock.Node{oddClient}, &redlock.Options{NoQuarantine: true})
 		_ = behindTheProxy.Warm(ctx)
@@ -382,24 +384,6 @@ func TestOtherLockersOddDigestsDoNotMakeHonestNodesGoByEVAL(t *testing.T) {
 	cycles(t, l, "k", n)
 	assert.Equal(t, 3*n, h.get("evalsha"), "a release per cycle on each node, by the digest it named")
 	assert.Zero(t, h.get("eval"), "no release went by its source: each honest node named its digest")
-}
-
-// untilFixed is rewriteLoad until fixed is set: a proxy in front of the
-// node that rewrites scripts, then is taken away (or the node restarts as
-// a server that names scripts as Redis does).
-type untilFixed struct {
-	rewriteLoad
-	fixed *atomic.Bool
-}
-
-func (h untilFixed) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	rewrite := h.rewriteLoad.ProcessHook(next)
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h.fixed.Load() {
-			return next(ctx, cmd)
-		}
-		return rewrite(ctx, cmd)
-	}
 }
 
 // A node that named the check script by the release script's digest (a
@@ -417,7 +401,9 @@ func TestANodeThatNamedAScriptTwoWaysIsTrustedWithNeither(t *testing.T) {
 	ctx := t.Context()
 	c := newCluster(t, 3)
 	fixed := new(atomic.Bool)
-	c.clients[0].AddHook(untilFixed{rewriteLoad{from: readScript(t, "check"), to: readScript(t, "release")}, fixed})
+	proxy := rewriteLoad(readScript(t, "check"), readScript(t, "release"))
+	proxy.off = fixed.Load // the proxy is taken away once fixed is set
+	c.clients[0].AddHook(proxy)
 	l := newLocker(t, c.nodes(nil), &redlock.Options{NoQuarantine: true})
 	_ = l.Warm(ctx) // node 0 names the release script's digest for the check script
 
