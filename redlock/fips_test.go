@@ -336,22 +336,35 @@ func TestAWrongDigestFromOneNodeDoesNotPoisonTheOthers(t *testing.T) {
 	if runAlonePerTransport(t) {
 		return
 	}
+	h := releasesBesideAnOddNode(t, 1)
+	assert.Equal(t, 3*oddCycles, h.get("evalsha"), "a release per cycle on each node, by digest")
+	assert.Zero(t, h.get("eval"), "no release went again by its source: the honest nodes have the script")
+}
+
+// oddCycles is how many lock cycles releasesBesideAnOddNode runs.
+const oddCycles = 10
+
+// releasesBesideAnOddNode warms lockers Lockers, one after another, on a
+// node that names the release script by a digest of no script (a proxy),
+// then runs oddCycles lock cycles on three honest nodes with a Locker
+// warmed there, and returns the honest nodes' command counts.
+func releasesBesideAnOddNode(t *testing.T, lockers int) *commands {
+	t.Helper()
 	ctx := t.Context()
 	odd := redistest.Miniredis(t)
 	trust(odd)
 	oddClient := newClient(t, odd.Addr())
 	oddClient.AddHook(nameLoad(readScript(t, "release"), strings.Repeat("0123456789", 4)))
-	behindTheProxy := newLocker(t, []redlock.Node{oddClient}, &redlock.Options{NoQuarantine: true})
-	_ = behindTheProxy.Warm(ctx) // the odd node's answer is recorded first
-
+	for range lockers { // a Locker per tenant, each dropped after use
+		behindTheProxy := newLocker(t, []redlock.Node{oddClient}, &redlock.Options{NoQuarantine: true})
+		_ = behindTheProxy.Warm(ctx) // the odd node's answer is recorded first
+	}
 	h := &commands{}
 	c := counted(t, 3, h)
 	l := newLocker(t, c.nodes(nil), &redlock.Options{NoQuarantine: true})
-	_ = l.Warm(ctx) // may report that the honest nodes name the release script otherwise
-	const n = 10
-	cycles(t, l, "k", n)
-	assert.Equal(t, 3*n, h.get("evalsha"), "a release per cycle on each node, by digest")
-	assert.Zero(t, h.get("eval"), "no release went again by its source: the honest nodes have the script")
+	require.NoError(t, l.Warm(ctx), "every honest node names the right digest")
+	cycles(t, l, "k", oddCycles)
+	return h
 }
 
 // The digest a script's shared wire form goes by is the one most of the
@@ -366,23 +379,8 @@ func TestOtherLockersOddDigestsDoNotMakeHonestNodesGoByEVAL(t *testing.T) {
 	if runAlonePerTransport(t) {
 		return
 	}
-	ctx := t.Context()
-	odd := redistest.Miniredis(t)
-	trust(odd)
-	oddClient := newClient(t, odd.Addr())
-	oddClient.AddHook(nameLoad(readScript(t, "release"), strings.Repeat("0123456789", 4)))
-	for range 4 { // a Locker per tenant, each dropped after use
-		behindTheProxy := newLocker(t, []redlock.Node{oddClient}, &redlock.Options{NoQuarantine: true})
-		_ = behindTheProxy.Warm(ctx)
-	}
-
-	h := &commands{}
-	c := counted(t, 3, h)
-	l := newLocker(t, c.nodes(nil), &redlock.Options{NoQuarantine: true})
-	require.NoError(t, l.Warm(ctx), "every honest node names the right digest")
-	const n = 10
-	cycles(t, l, "k", n)
-	assert.Equal(t, 3*n, h.get("evalsha"), "a release per cycle on each node, by the digest it named")
+	h := releasesBesideAnOddNode(t, 4)
+	assert.Equal(t, 3*oddCycles, h.get("evalsha"), "a release per cycle on each node, by the digest it named")
 	assert.Zero(t, h.get("eval"), "no release went by its source: each honest node named its digest")
 }
 
