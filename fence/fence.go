@@ -68,7 +68,7 @@ const learnTimeout = 10 * time.Second
 
 // run runs s on keys with args through the guard's client.
 func (g *Redis) run(ctx context.Context, s *luascript.Script, keys []string, args ...any) *redis.Cmd {
-	g.names.LearnSoon(ctx, g.client, s, learnTimeout) // nothing once the node named it
+	g.names.Use(ctx, g.client, s, learnTimeout) // learns the digest where the node named none
 	return g.names.Run(ctx, g.client, s, keys, args...)
 }
 

@@ -154,6 +154,18 @@ func (n *Names) Of(s *Script) string {
 	return ""
 }
 
+// Use is the digest to send s to this node by (Of), and where there is
+// none, it starts learning one (LearnSoon) and is "": s goes as EVAL. What
+// a transport asks on each use of a script: one map load and an atomic
+// load once the node named the digest.
+func (n *Names) Use(ctx context.Context, c redis.Scripter, s *Script, timeout time.Duration) string {
+	d := n.Of(s)
+	if d == "" {
+		n.LearnSoon(ctx, c, s, timeout)
+	}
+	return d
+}
+
 // Record keeps d, which this node answered to SCRIPT LOAD of s, as s's
 // digest on this node. It refuses a d that is not a digest (ValidDigest),
 // and one that differs from what the node named before: a node that names

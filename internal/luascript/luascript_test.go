@@ -161,6 +161,18 @@ func TestLearnSoonLoadsOnceForManyUses(t *testing.T) {
 	assert.Empty(t, n.Of(control))
 }
 
+// Use answers "" (EVAL) while the node named no digest, and learns one
+// meanwhile; then the node's digest, with no SCRIPT LOAD more.
+func TestUseLearnsWhileTheNodeNamedNone(t *testing.T) {
+	c := node(t)
+	s := New(src)
+	var n Names
+	assert.Empty(t, n.Use(t.Context(), c, s, time.Second))
+	require.Eventually(t, func() bool { return n.Of(s) != "" }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, n.Of(s), n.Use(t.Context(), c, s, time.Second))
+	assert.EqualValues(t, 1, c.loads.Load())
+}
+
 // A node whose ACL refuses SCRIPT LOAD is asked once, then not again
 // before the backoff: the script goes as EVAL meanwhile, at no extra
 // command per use.

@@ -63,8 +63,7 @@ func (d *Direct[R]) admit() bool {
 // Pipeline.Submit): no call waits for it, and the form a call goes in is
 // decided when it is submitted, on both transports.
 func (d *Direct[R]) Submit(ctx context.Context, c Command, s Send, to Receiver, node int) {
-	if c.Script != nil && d.names.Of(c.Script.Script) == "" {
-		d.names.LearnSoon(ctx, d.node, c.Script.Script, s.Timeout)
+	if c.Script != nil && d.names.Use(ctx, d.node, c.Script.Script, s.Timeout) == "" {
 		c.Args = c.WireFor("")
 	}
 	go d.call(ctx, c, s, to, node)

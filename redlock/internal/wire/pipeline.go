@@ -195,11 +195,7 @@ func (p *Pipeline[R]) Submit(ctx context.Context, c Command, s Send, to Receiver
 	// commands to this node changes, to EVALSHA.
 	wire := c.Args
 	if c.Script != nil {
-		named := p.names.Of(c.Script.Script)
-		if named == "" {
-			p.names.LearnSoon(ctx, p.client, c.Script.Script, s.Timeout)
-		}
-		wire = c.WireFor(named)
+		wire = c.WireFor(p.names.Use(ctx, p.client, c.Script.Script, s.Timeout))
 	}
 	j := job{cmd: redis.NewCmd(ctx, wire...), key: c.Key, lease: c.Lease, role: c.Role, replicate: c.Replicate && p.wait != nil, guarded: c.Guarded && p.rider != nil, timeout: s.Timeout, src: c.source(), to: to, node: node}
 	if keys := c.OrderedBy(); len(keys) > 1 {
