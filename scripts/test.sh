@@ -117,17 +117,20 @@ once_on_9='TestClusterAtomicSlotMigration|TestAtomicSlotMoveMovesTheSlotAndItsKe
 runs="redis:7.0/auto-pipeline/all redis:8.0/auto-pipeline/all valkey:9.1/auto-pipeline/all redis:7.0/direct/transport-subset valkey:8.1/auto-pipeline/server-subset"
 for run in $runs; do
 	IFS=/ read -r server transport tests <<<"$run"
-	select=()
 	case "$tests" in
-	transport-subset) select=(-run "^($transport_subset)\$") ;;
-	server-subset) select=(-run "^($server_subset)\$") ;;
-	*)
+	transport-subset) names=$transport_subset ;;
+	server-subset) names=$server_subset ;;
+	*) names= ;;
+	esac
+	select=()
+	if [ -n "$names" ]; then
+		select=(-run "^($names)\$")
+	else
 		skip=$once_on_9
 		[ "$server" = valkey:9.1 ] && skip=
 		[ "$server" != redis:7.0 ] && skip=${skip:+$skip|}TestRollingUpgrade
 		[ -n "$skip" ] && select=(-skip "^($skip)\$")
-		;;
-	esac
+	fi
 	stage "integration tests ($tests) on $server, $transport transport: go test -race ./test/integration/... ${select[*]}"
 	if ! (cd test/integration && REDLOCK_TEST_SERVER=$server REDLOCK_TEST_TRANSPORT=$transport \
 		go test -race -count=1 -v -timeout 20m "${select[@]}" ./...) >"$log" 2>&1; then
@@ -141,11 +144,6 @@ for run in $runs; do
 	fi
 	# A subset names its tests: one renamed or removed must not drop out
 	# of the run unnoticed.
-	case "$tests" in
-	transport-subset) names=$transport_subset ;;
-	server-subset) names=$server_subset ;;
-	*) names= ;;
-	esac
 	for name in ${names//|/ }; do
 		if ! grep -q -- "^--- PASS: $name " "$log"; then
 			echo "== the $tests names $name, which did not run; fix the list in scripts/test.sh"; exit 1
