@@ -415,20 +415,18 @@ func (c *Cluster) MasterOfSlot(ctx context.Context, slot int64) (*Proc, error) {
 		if !n.Alive() {
 			continue
 		}
-		ranges, err := n.Client.ClusterSlots(ctx).Result()
+		addr, err := ownerOf(ctx, n.Client, slot)
 		if err != nil {
 			last = err
 			continue
 		}
-		for _, r := range ranges {
-			if int64(r.Start) <= slot && slot <= int64(r.End) && len(r.Nodes) > 0 {
-				if p := c.ByAddr(r.Nodes[0].Addr); p != nil {
-					return p, nil
-				}
-				return nil, fmt.Errorf("procs: slot %d's master %s is not a node of the cluster", slot, r.Nodes[0].Addr)
-			}
+		if addr == "" {
+			return nil, fmt.Errorf("procs: %s says no node serves slot %d", n.Name, slot)
 		}
-		return nil, fmt.Errorf("procs: %s says no node serves slot %d", n.Name, slot)
+		if p := c.ByAddr(addr); p != nil {
+			return p, nil
+		}
+		return nil, fmt.Errorf("procs: slot %d's master %s is not a node of the cluster", slot, addr)
 	}
 	return nil, last
 }
@@ -679,7 +677,8 @@ func (m *SlotMove) exportState(ctx context.Context) (string, error) {
 	return state, nil
 }
 
-// ownerOf is the address of the master that c says serves slot.
+// ownerOf is the address of the master that c says serves slot (CLUSTER
+// SLOTS), "" where it names none.
 func ownerOf(ctx context.Context, c *redis.Client, slot int64) (string, error) {
 	ranges, err := c.ClusterSlots(ctx).Result()
 	if err != nil {
