@@ -211,3 +211,19 @@ func TestLearnBackoffDoublesFromASecondToTenMinutes(t *testing.T) {
 		assert.Equal(t, want, learnBackoff(failures), "after %d failures", failures)
 	}
 }
+
+// A node that names two different scripts by one digest (a proxy that
+// loads one script in place of another) has named at least one of them
+// otherwise than its source: sent either by that digest (EVALSHA), it may
+// run the other (a check that runs the release, deleting the lease's key).
+// It is trusted with neither, as a node that named one script two ways
+// is: both go to it as EVAL, whose source it runs as sent.
+func TestANodeThatNamesTwoScriptsOneDigestIsTrustedWithNeither(t *testing.T) {
+	check, release := New(`return redis.call("GET", KEYS[1])`), New(`return redis.call("DEL", KEYS[1])`)
+	const d = "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
+	var n Names
+	require.NoError(t, n.Record(release, d))
+	_ = n.Record(check, d) // the proxy loaded the release script for the check script
+	assert.Empty(t, n.Of(check), "the check script would run, by EVALSHA, whatever the node cached under the release script's digest")
+	assert.Empty(t, n.Of(release), "one of the two namings is false, and the node cannot say which")
+}
