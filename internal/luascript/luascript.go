@@ -169,9 +169,9 @@ func (n *Names) Use(ctx context.Context, c redis.Scripter, s *Script, timeout ti
 // Record keeps d, which this node answered to SCRIPT LOAD of s, as s's
 // digest on this node. It refuses a d that is not a digest (ValidDigest),
 // and one that differs from what the node named before: a node that names
-// one source two ways is trusted with neither from then on (Of is "", and
-// s goes to it as EVAL, whose source it runs as sent), and the error says
-// so.
+// one source two ways, or two sources one way, is trusted with neither
+// from then on (Of is "", and each goes to it as EVAL, whose source it
+// runs as sent), and the error says so.
 func (n *Names) Record(s *Script, d string) error {
 	if !ValidDigest(d) {
 		return fmt.Errorf("the node named the script %q, which is not a digest (40 lower-case hex digits)", d)
@@ -185,6 +185,24 @@ func (n *Names) Record(s *Script, d string) error {
 			e.twoWays.Store(true)
 			return fmt.Errorf("the node named the script %s, having named it %s before: trusted with neither, it goes as EVAL", d, known)
 		}
+		return nil
+	}
+	// One digest for two sources: at least one naming is false, and the
+	// node cannot say which (by EVALSHA, one script would run the other),
+	// so neither script goes to it by that digest.
+	var clash bool
+	n.m.Range(func(k, v any) bool {
+		if other := v.(*named); other != e && k.(*Script).Src != s.Src {
+			if od := other.digest.Load(); od != nil && *od == d {
+				other.twoWays.Store(true)
+				clash = true
+			}
+		}
+		return true
+	})
+	if clash {
+		e.twoWays.Store(true)
+		return fmt.Errorf("the node named the script %s, a digest it named another script by: both are trusted with neither, and go as EVAL", d)
 	}
 	return nil
 }
