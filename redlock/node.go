@@ -27,6 +27,11 @@ import (
 // replicated: a Sentinel-backed redis.NewFailoverClient, or a Redis Cluster
 // (see Options.WaitReplicas); one ClusterClient alone (N = 1) is a
 // supported configuration.
+//
+// A go-redis hook on a Node's client may read a command's arguments but
+// must not rewrite them in place: the nodes' pipelines share one copy of
+// each command's arguments (a hook that needs other arguments makes a new
+// command).
 type Node interface {
 	redis.Scripter
 	Do(ctx context.Context, args ...any) *redis.Cmd
