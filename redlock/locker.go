@@ -511,7 +511,11 @@ func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error
 	if tally.Won && counters != nil {
 		token, tokens, phase2, err = l.fence(ctx, req, value, c, round, tally, counters, until, timing)
 	}
-	if now := l.opts.Clock.Now(); err == nil && tally.Won && until.After(now) {
+	now := l.opts.Clock.Now()
+	if l.opts.unsafe.ValidityFromReply {
+		until = now.Add(req.granted) // the simulator's control: see internal/unsafelocker
+	}
+	if err == nil && tally.Won && until.After(now) {
 		lease := &Lease{locker: l, key: req.key, multi: req.multi, value: value, token: token, tokens: tokens, acquiredAt: start, acquired: round, heldBy: round, holders: round, ttl: req.granted, span: req.granted, until: until}
 		if timing != nil {
 			e := Event{Op: OpAcquire, Key: req.key, Attempt: n, Duration: now.Sub(start), Token: token, Validity: until.Sub(now), Nodes: l.resultsInto(timing.eventNodes(len(tally.Votes)), tally, timing, nil), Stalled: tally.Late}
@@ -530,7 +534,11 @@ func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error
 	if timing != nil {
 		releaseTiming = l.timing()
 	}
-	released := l.release(ctx, req.key, req.multi, value, round, req.granted, releaseTiming, refusedIn(round), nil)
+	skip := refusedIn(round)
+	if l.opts.unsafe.NoReleaseOnFailure {
+		skip = func(int) error { return errNotReleased } // the simulator's control: see internal/unsafelocker
+	}
+	released := l.release(ctx, req.key, req.multi, value, round, req.granted, releaseTiming, skip, nil)
 	if timing != nil {
 		// Before waiting for the granted nodes: the release's report
 		// must be counted in flight (Drain) before this attempt returns.
@@ -647,6 +655,10 @@ func refusedIn(acquired *quorum.Round[Outcome]) func(int) error {
 // errNothingToRelease is a failed attempt's release on a node that refused
 // the SET: not sent.
 var errNothingToRelease = errors.New("redlock: not sent: the node refused the SET, so holds nothing to release")
+
+// errNotReleased is a failed attempt's release that a negative control of
+// the simulator skipped (internal/unsafelocker).
+var errNotReleased = errors.New("redlock: not sent: the release on failure is switched off (a negative control)")
 
 // roundError describes a round that did not succeed: see QuorumError.
 // c is the round's command: a node's ACL refusal is explained in its terms.

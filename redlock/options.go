@@ -6,6 +6,7 @@ import (
 
 	"github.com/redlock/redlock/clock"
 	"github.com/redlock/redlock/drift"
+	"github.com/redlock/redlock/internal/unsafelocker"
 	"github.com/redlock/redlock/redlock/internal/guard"
 )
 
@@ -182,6 +183,16 @@ type Options struct {
 	// exclude each other as always: only the random part makes a value
 	// unique. Default "": values carry no label.
 	Owner string
+
+	// unsafe are the steps of the algorithm the simulator's negative
+	// controls skip (internal/unsafelocker); zero everywhere else.
+	unsafe unsafelocker.Hooks
+}
+
+// The simulator's controls set Options.unsafe through internal/unsafelocker,
+// which cannot import this package.
+func init() {
+	unsafelocker.Register(func(opts any, h unsafelocker.Hooks) { opts.(*Options).unsafe = h })
 }
 
 // Defaults for Options.

@@ -87,9 +87,36 @@ func chaos(ctx context.Context, cfg config, progress io.Writer) (*result, error)
 	faults := plan(cfg)
 	fmt.Fprintf(progress, "redlock-chaos: seed %d, %s configuration, %d nodes (%s), %d clients on %d Lockers, %d keys, TTL %v, %v, %d faults planned; counters on %s\n",
 		cfg.seed, configName(cfg), cfg.nodes, d.version, cfg.clients, cfg.lockers, cfg.keys, cfg.ttl, cfg.duration, len(faults), store.describe())
+	hist, ran, err := exercise(ctx, cfg, lockers, store, d, faults)
+	if err != nil {
+		return nil, err
+	}
+	res := judge(cfg, d.version, faults, hist, ran)
+	fmt.Fprintf(progress, "redlock-chaos: %d leases, %d accesses in %v; judging\n", len(res.Leases), len(res.Accesses), ran.Round(time.Millisecond))
+
+	// Every key a lease set expires within a TTL of its last write: wait
+	// that out (twice, for the servers' own expiry cycles), then look.
+	time.Sleep(2 * cfg.ttl)
+	if res.Counts.KeysLeft, err = keysLeft(ctx, d.admins, cfg); err != nil {
+		return nil, err
+	}
+	final, err := finalCounters(ctx, store, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := res.conclude(cfg, hist, final); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// exercise runs the clients on the Lockers, and the nemesis's faults on the
+// nodes, for cfg.duration; waits until every fault has healed; and drains
+// the Lockers. It returns what the clients did and how long they ran.
+func exercise(ctx context.Context, cfg config, lockers []*redlock.Locker, store *resources, nodes target, faults []fault) (*history, time.Duration, error) {
 	start := time.Now()
 	hist := &history{errors: map[string]int{}}
-	nem := newNemesis(d, cfg, start)
+	nem := newNemesis(nodes, cfg, start)
 	runCtx, stopClients := context.WithTimeout(ctx, cfg.duration)
 	defer stopClients()
 	var wg sync.WaitGroup
@@ -108,36 +135,31 @@ func chaos(ctx context.Context, cfg config, progress io.Writer) (*result, error)
 		err := l.Drain(dctx)
 		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("Drain: %w", err)
+			return nil, 0, fmt.Errorf("Drain: %w", err)
 		}
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
+	return hist, ran, ctx.Err()
+}
 
-	res := &result{Seed: cfg.seed, Config: configName(cfg), Server: d.version, Duration: ran,
+// judge is the referee's verdict on what the clients did, with all of it
+// recorded in the result; what needs the servers after the run (the keys
+// left, the counters, porcupine's verdict) is conclude's.
+func judge(cfg config, server string, faults []fault, hist *history, ran time.Duration) *result {
+	res := &result{Seed: cfg.seed, Config: configName(cfg), Server: server, Duration: ran,
 		Faults: faults, Leases: hist.leases, Accesses: hist.accesses, Errors: hist.errors}
 	res.Counts = referee(cfg, hist)
 	res.Counts.PastBound, res.Counts.BoundedCalls = hist.pastBound, hist.calls
-	fmt.Fprintf(progress, "redlock-chaos: %d leases, %d accesses in %v; judging\n", len(res.Leases), len(res.Accesses), ran.Round(time.Millisecond))
+	return res
+}
 
-	// Every key a lease set expires within a TTL of its last write: wait
-	// that out (twice, for the servers' own expiry cycles), then look.
-	time.Sleep(2 * cfg.ttl)
-	if res.Counts.KeysLeft, err = keysLeft(ctx, d, cfg); err != nil {
-		return nil, err
-	}
-	final, err := finalCounters(ctx, store, cfg)
-	if err != nil {
-		return nil, err
-	}
+// conclude adds the verdicts that take the final counters: increments
+// lost, each fault's trials, and porcupine's.
+func (res *result) conclude(cfg config, hist *history, final []int64) error {
 	res.Counts.lostIncrements(hist, final)
 	res.Trials = attribute(res.Faults, res.Counts.Marks, cfg.ttl)
+	var err error
 	res.Linearizable, res.HistoryFile, err = checkLinearizable(cfg, hist)
-	if err != nil {
-		return nil, err
-	}
-	return res, nil
+	return err
 }
 
 func configName(cfg config) string {
@@ -148,9 +170,9 @@ func configName(cfg config) string {
 }
 
 // keysLeft counts the lock keys still on any node.
-func keysLeft(ctx context.Context, d *deployment, cfg config) (int, error) {
+func keysLeft(ctx context.Context, admins []*redis.Client, cfg config) (int, error) {
 	n := 0
-	for i, admin := range d.admins {
+	for i, admin := range admins {
 		for k := range cfg.keys {
 			found, err := admin.Exists(ctx, lockName(k)).Result()
 			if err != nil {

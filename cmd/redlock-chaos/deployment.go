@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -23,6 +25,7 @@ import (
 // deployment is the lock's nodes, each behind a proxy for network faults,
 // and the resource's server, which no fault touches.
 type deployment struct {
+	cfg      config
 	servers  []*redisproc.Server // each node's primary
 	replicas []*redisproc.Server // each node's replica (nil: the run has no failovers)
 	bin      string
@@ -96,7 +99,7 @@ func startDeployment(ctx context.Context, cfg config) (d *deployment, err error)
 	if bin, err = exec.LookPath(bin); err != nil {
 		return nil, fmt.Errorf("the server: %w (Debian: apt-get install redis-server; or give -server)", err)
 	}
-	d = &deployment{bin: bin}
+	d = &deployment{bin: bin, cfg: cfg}
 	defer func() {
 		if err != nil {
 			d.close()
@@ -198,4 +201,150 @@ func (d *deployment) startReplica(ctx context.Context, i int, primary *redisproc
 		return nil, fmt.Errorf("node %d's replica: %w", i, err)
 	}
 	return r, nil
+}
+
+// strike carries out a node's fault on node i: a server process's signals,
+// its proxy's faults, commands to it.
+func (d *deployment) strike(ctx context.Context, f *fault, i int) error {
+	s, p, admin := d.servers[i], d.proxies[i], d.admins[i]
+	// hold waits out the fault's length; the heal runs even if the run
+	// ends first (a frozen node must not outlive the run).
+	hold := func() { time.Sleep(f.For) }
+	heal := context.WithoutCancel(ctx)
+	switch nodeFault[f.Kind] {
+	case "freeze":
+		s.Freeze()
+		hold()
+		s.Thaw()
+	case "kill": // and outage
+		s.Kill()
+		removed := s.RemoveData()
+		hold()
+		return errors.Join(removed, s.Restart(heal)) // restarted whatever happened: never left down
+	case "snapshot": // and rollback
+		// A replica's full sync (after a failover) may be saving: wait
+		// for it, up to a TTL.
+		err := admin.Save(ctx).Err()
+		for wait := time.Now().Add(d.cfg.ttl); err != nil && strings.Contains(err.Error(), "in progress") && time.Now().Before(wait); {
+			time.Sleep(20 * time.Millisecond)
+			err = admin.Save(ctx).Err()
+		}
+		if err != nil {
+			return fmt.Errorf("SAVE: %w", err)
+		}
+		hold()
+		s.Kill()
+		return s.Restart(heal)
+	case "partition":
+		p.SetDown(true)
+		hold()
+		p.SetDown(false)
+	case "blackhole":
+		p.SetBlackhole(true)
+		hold()
+		p.SetBlackhole(false)
+		p.DropConnections() // what was swallowed is gone: no connection is in step any more
+	case "latency":
+		p.SetDelay(0, d.cfg.ttl/3)
+		hold()
+		p.SetDelay(0, 0)
+	case "scriptflush":
+		return admin.ScriptFlush(ctx).Err()
+	case "flush": // and amnesia
+		return admin.FlushAll(ctx).Err()
+	case "evict": // and pressure
+		return d.evict(ctx, f, admin)
+	case "clockjump":
+		return d.stepClock(i, f.Step)
+	case "failover":
+		return d.failover(ctx, f, i)
+	default:
+		return fmt.Errorf("unknown fault %q", f.Kind)
+	}
+	return nil
+}
+
+// infoInt reads a numeric field of an INFO reply (0 if absent).
+func infoInt(info, field string) int64 {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// evict puts a node under memory pressure as a cache's traffic would: a
+// limit a little above what it holds, allkeys-random, and other data
+// written all the while (4 KiB values every 5 ms, cycling over 64 names),
+// so that each write evicts a key, a lock's among them, and the node goes
+// on taking writes. The limit and the other data go when the fault ends.
+func (d *deployment) evict(ctx context.Context, f *fault, admin *redis.Client) error {
+	heal := context.WithoutCancel(ctx)
+	info, err := admin.Info(ctx, "memory").Result()
+	if err != nil {
+		return err
+	}
+	limit := infoInt(info, "used_memory") + 128<<10
+	if err := admin.ConfigSet(ctx, "maxmemory-policy", "allkeys-random").Err(); err != nil {
+		return err
+	}
+	if err := admin.ConfigSet(ctx, "maxmemory", strconv.FormatInt(limit, 10)).Err(); err != nil {
+		return err
+	}
+	const fillers = 64
+	value := strings.Repeat("x", 4<<10)
+	tick := time.NewTicker(5 * time.Millisecond)
+	end := time.After(f.For)
+	for i := 0; ; i++ {
+		select {
+		case <-tick.C:
+			admin.Set(heal, fmt.Sprintf("chaos:filler:%d", i%fillers), value, 0) // an OOM refusal is pressure too
+			continue
+		case <-end:
+		}
+		break
+	}
+	tick.Stop()
+	names := make([]string, fillers)
+	for i := range names {
+		names[i] = fmt.Sprintf("chaos:filler:%d", i)
+	}
+	return errors.Join(admin.ConfigSet(heal, "maxmemory", "0").Err(),
+		admin.ConfigSet(heal, "maxmemory-policy", "noeviction").Err(),
+		admin.Del(heal, names...).Err())
+}
+
+// failover promotes node i's replica as a Sentinel would after its primary
+// died, with the replica behind: it is promoted first (REPLICAOF NO ONE),
+// the primary goes on granting for the fault's length (grants the new
+// primary never sees: asynchronous replication's window, stretched), then
+// the primary is killed and the node's proxy sends every client to the
+// promoted replica. The old primary comes back as the new one's replica, so
+// that the node can fail over again.
+func (d *deployment) failover(ctx context.Context, f *fault, i int) error {
+	heal := context.WithoutCancel(ctx)
+	old, promoted := d.servers[i], d.replicas[i]
+	if promoted == nil {
+		return fmt.Errorf("node %d has no replica (starting its last one failed)", i)
+	}
+	if err := promoted.Promote(heal); err != nil { // a primary from now on, restarts included
+		return err
+	}
+	admin := promoted.Client()
+	time.Sleep(f.For)
+	old.Kill()
+	d.proxies[i].SetTarget(promoted.Addr())
+	d.proxies[i].DropConnections()
+	d.admins[i].Close()
+	d.servers[i], d.admins[i] = promoted, admin
+	old.Close()
+	d.replicas[i] = nil
+	r, err := d.startReplica(heal, i, promoted)
+	if err != nil {
+		return err
+	}
+	d.replicas[i] = r
+	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/redlock/redlock/internal/unsafelocker"
 )
 
 // config is what the flags say.
@@ -31,6 +33,17 @@ type config struct {
 	json       bool
 	models     bool
 	resource   string // -resource: both, redis or sql
+	sim        simSettings
+}
+
+// simSettings are a simulated schedule's: its transport, whether go-redis
+// retries, and what a control leaves out of the safe configuration.
+type simSettings struct {
+	direct       bool // Options.NoAutoPipeline
+	retries      bool // go-redis MaxRetries 2 on the lock clients
+	noFencing    bool // a control: the guard on, fencing off
+	noQuarantine bool // a control: fencing on, the guard's quarantines off
+	hooks        unsafelocker.Hooks
 }
 
 // usageError is a bad flag: exit status 2.
@@ -38,6 +51,10 @@ type usageError struct{ error }
 
 // faultKinds are the nemesis's faults, in the order the manual lists them.
 var faultKinds = []string{"freeze", "kill", "outage", "amnesia", "snapshot", "rollback", "partition", "blackhole", "latency", "scriptflush", "flush", "evict", "pressure", "clockjump", "failover", "pause"}
+
+// simFaultKinds are the simulation's: the nemesis's, and two it alone can
+// stage (simulation.go).
+var simFaultKinds = append(slices.Clone(faultKinds), "clockrate", "lostreply")
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var cfg config

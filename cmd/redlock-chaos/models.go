@@ -27,6 +27,8 @@ var models = map[string]string{
 	"blackhole":   "8. silent partition (one node)",
 	"scriptflush": "9. script-cache loss (one node)",
 	"freeze":      "11. a stalled node (one node)",
+	"clockrate":   "4. clock running fast (a majority; simulation only)",
+	"lostreply":   "2-3. replies lost after the command ran (one node; simulation only)",
 }
 
 // controlled says whether a kind of fault breaks the unsafe configuration:

@@ -10,8 +10,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // fault is one of the nemesis's faults: planned from the seed (Kind, At,
@@ -25,6 +23,7 @@ type fault struct {
 	Nodes  []int         `json:"nodes,omitempty"` // an outage's
 	Client int           `json:"client"`          // -1: a node's fault
 	Step   time.Duration `json:"step,omitempty"`  // a clockjump's step forward
+	Rate   float64       `json:"rate,omitempty"`  // a clockrate's clock rate (simulation only)
 	Began  time.Duration `json:"began"`           // carried out
 	Ended  time.Duration `json:"ended"`
 	Err    string        `json:"err,omitempty"`
@@ -44,6 +43,9 @@ func (f fault) String() string {
 	}
 	if f.Step > 0 {
 		s += " +" + f.Step.Round(time.Millisecond).String()
+	}
+	if f.Rate > 0 {
+		s += fmt.Sprintf(" x%.2f", f.Rate)
 	}
 	if f.Err != "" {
 		s += "  (" + f.Err + ")"
@@ -66,12 +68,15 @@ var nodeFault = map[string]string{
 	"latency": "latency", "scriptflush": "scriptflush", "flush": "flush", "evict": "evict",
 	"outage": "kill", "amnesia": "flush", "rollback": "snapshot", "pressure": "evict",
 	"clockjump": "clockjump", "failover": "failover",
+	// The simulation's own (simulation.go): a majority's clocks running
+	// fast, and one node losing replies after running the commands.
+	"clockrate": "clockrate", "lostreply": "lostreply",
 }
 
 // onMajority says whether a kind of fault strikes a majority at once.
 func onMajority(kind string) bool {
 	switch kind {
-	case "outage", "amnesia", "rollback", "pressure", "clockjump", "failover":
+	case "outage", "amnesia", "rollback", "pressure", "clockjump", "failover", "clockrate":
 		return true
 	}
 	return false
@@ -115,6 +120,12 @@ func plan(cfg config) []fault {
 			// NTP step after a long drift, an operator's date -s): every
 			// key they hold expires early.
 			f.Step = cfg.ttl + time.Duration(rng.Int64N(int64(cfg.ttl)))
+		case f.Kind == "clockrate":
+			// Clocks running 1.5 to 3 times too fast for one to two TTLs
+			// (a broken time source, an NTP slew gone wrong): held keys
+			// expire early, gradually rather than at once.
+			f.Rate = 1.5 + 1.5*rng.Float64()
+			f.For = cfg.ttl + time.Duration(rng.Int64N(int64(cfg.ttl)))
 		case onMajority(f.Kind): // rollback, pressure, failover
 			f.For = cfg.ttl/4 + time.Duration(rng.Int64N(int64(cfg.ttl/2)))
 		case instant(f.Kind):
@@ -126,19 +137,33 @@ func plan(cfg config) []fault {
 	}
 }
 
+// target is what the nemesis strikes: real servers behind proxies
+// (deployment.go), or simulated ones (simulation.go).
+type target interface {
+	// strike carries out a node's fault (nodeFault's kinds) on node i,
+	// healing it before it returns.
+	strike(ctx context.Context, f *fault, i int) error
+}
+
 // nemesis carries out a schedule on a deployment and on the clients.
 type nemesis struct {
-	d      *deployment
+	nodes  target
 	cfg    config
 	start  time.Time
 	pauses []chan *fault // one per client: a pause to take before its next write, which it dates
-	nodeMu []sync.Mutex  // one fault at a time per node
+	// nodeFaults is one fault at a time per node: a channel of one slot,
+	// not a mutex, because a goroutine waiting on a mutex is not durably
+	// blocked in a synctest bubble, and the simulation's clock would stop.
+	nodeFaults []chan struct{}
 }
 
-func newNemesis(d *deployment, cfg config, start time.Time) *nemesis {
-	n := &nemesis{d: d, cfg: cfg, start: start, pauses: make([]chan *fault, cfg.clients), nodeMu: make([]sync.Mutex, cfg.nodes)}
+func newNemesis(nodes target, cfg config, start time.Time) *nemesis {
+	n := &nemesis{nodes: nodes, cfg: cfg, start: start, pauses: make([]chan *fault, cfg.clients), nodeFaults: make([]chan struct{}, cfg.nodes)}
 	for i := range n.pauses {
 		n.pauses[i] = make(chan *fault, 1)
+	}
+	for i := range n.nodeFaults {
+		n.nodeFaults[i] = make(chan struct{}, 1)
 	}
 	return n
 }
@@ -184,76 +209,16 @@ func (n *nemesis) carryOut(ctx context.Context, f *fault) error {
 		errs := make([]error, len(f.Nodes))
 		var wg sync.WaitGroup
 		for j, i := range f.Nodes {
-			wg.Go(func() { errs[j] = n.onNode(ctx, f, i) })
+			wg.Go(func() { errs[j] = n.nodes.strike(ctx, f, i) })
 		}
 		wg.Wait()
 		return errors.Join(errs...)
 	}
-	n.nodeMu[f.Node].Lock()
-	defer n.nodeMu[f.Node].Unlock()
+	n.nodeFaults[f.Node] <- struct{}{}
+	defer func() { <-n.nodeFaults[f.Node] }()
 	f.Began = n.since()
 	defer func() { f.Ended = n.since() }()
-	return n.onNode(ctx, f, f.Node)
-}
-
-// onNode carries out a node's fault on node i.
-func (n *nemesis) onNode(ctx context.Context, f *fault, i int) error {
-	s, p, admin := n.d.servers[i], n.d.proxies[i], n.d.admins[i]
-	// hold waits out the fault's length; the heal runs even if the run
-	// ends first (a frozen node must not outlive the run).
-	hold := func() { time.Sleep(f.For) }
-	heal := context.WithoutCancel(ctx)
-	switch nodeFault[f.Kind] {
-	case "freeze":
-		s.Freeze()
-		hold()
-		s.Thaw()
-	case "kill": // and outage
-		s.Kill()
-		removed := s.RemoveData()
-		hold()
-		return errors.Join(removed, s.Restart(heal)) // restarted whatever happened: never left down
-	case "snapshot": // and rollback
-		// A replica's full sync (after a failover) may be saving: wait
-		// for it, up to a TTL.
-		err := admin.Save(ctx).Err()
-		for wait := time.Now().Add(n.cfg.ttl); err != nil && strings.Contains(err.Error(), "in progress") && time.Now().Before(wait); {
-			time.Sleep(20 * time.Millisecond)
-			err = admin.Save(ctx).Err()
-		}
-		if err != nil {
-			return fmt.Errorf("SAVE: %w", err)
-		}
-		hold()
-		s.Kill()
-		return s.Restart(heal)
-	case "partition":
-		p.SetDown(true)
-		hold()
-		p.SetDown(false)
-	case "blackhole":
-		p.SetBlackhole(true)
-		hold()
-		p.SetBlackhole(false)
-		p.DropConnections() // what was swallowed is gone: no connection is in step any more
-	case "latency":
-		p.SetDelay(0, n.cfg.ttl/3)
-		hold()
-		p.SetDelay(0, 0)
-	case "scriptflush":
-		return admin.ScriptFlush(ctx).Err()
-	case "flush": // and amnesia
-		return admin.FlushAll(ctx).Err()
-	case "evict": // and pressure
-		return n.evict(ctx, f, admin)
-	case "clockjump":
-		return n.d.stepClock(i, f.Step)
-	case "failover":
-		return n.failover(ctx, f, i)
-	default:
-		return fmt.Errorf("unknown fault %q", f.Kind)
-	}
-	return nil
+	return n.nodes.strike(ctx, f, f.Node)
 }
 
 // holdNodes takes the fault locks of a majority fault's nodes, in
@@ -261,98 +226,13 @@ func (n *nemesis) onNode(ctx context.Context, f *fault, i int) error {
 // fault's start; the func it returns dates its end and lets the nodes go.
 func (n *nemesis) holdNodes(f *fault) (release func()) {
 	for _, i := range f.Nodes {
-		n.nodeMu[i].Lock()
+		n.nodeFaults[i] <- struct{}{}
 	}
 	f.Began = n.since()
 	return func() {
 		f.Ended = n.since()
 		for _, i := range f.Nodes {
-			n.nodeMu[i].Unlock()
+			<-n.nodeFaults[i]
 		}
 	}
-}
-
-// infoInt reads a numeric field of an INFO reply (0 if absent).
-func infoInt(info, field string) int64 {
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
-		}
-	}
-	return 0
-}
-
-// evict puts a node under memory pressure as a cache's traffic would: a
-// limit a little above what it holds, allkeys-random, and other data
-// written all the while (4 KiB values every 5 ms, cycling over 64 names),
-// so that each write evicts a key, a lock's among them, and the node goes
-// on taking writes. The limit and the other data go when the fault ends.
-func (n *nemesis) evict(ctx context.Context, f *fault, admin *redis.Client) error {
-	heal := context.WithoutCancel(ctx)
-	info, err := admin.Info(ctx, "memory").Result()
-	if err != nil {
-		return err
-	}
-	limit := infoInt(info, "used_memory") + 128<<10
-	if err := admin.ConfigSet(ctx, "maxmemory-policy", "allkeys-random").Err(); err != nil {
-		return err
-	}
-	if err := admin.ConfigSet(ctx, "maxmemory", strconv.FormatInt(limit, 10)).Err(); err != nil {
-		return err
-	}
-	const fillers = 64
-	value := strings.Repeat("x", 4<<10)
-	tick := time.NewTicker(5 * time.Millisecond)
-	end := time.After(f.For)
-	for i := 0; ; i++ {
-		select {
-		case <-tick.C:
-			admin.Set(heal, fmt.Sprintf("chaos:filler:%d", i%fillers), value, 0) // an OOM refusal is pressure too
-			continue
-		case <-end:
-		}
-		break
-	}
-	tick.Stop()
-	names := make([]string, fillers)
-	for i := range names {
-		names[i] = fmt.Sprintf("chaos:filler:%d", i)
-	}
-	return errors.Join(admin.ConfigSet(heal, "maxmemory", "0").Err(),
-		admin.ConfigSet(heal, "maxmemory-policy", "noeviction").Err(),
-		admin.Del(heal, names...).Err())
-}
-
-// failover promotes node i's replica as a Sentinel would after its primary
-// died, with the replica behind: it is promoted first (REPLICAOF NO ONE),
-// the primary goes on granting for the fault's length (grants the new
-// primary never sees: asynchronous replication's window, stretched), then
-// the primary is killed and the node's proxy sends every client to the
-// promoted replica. The old primary comes back as the new one's replica, so
-// that the node can fail over again.
-func (n *nemesis) failover(ctx context.Context, f *fault, i int) error {
-	heal := context.WithoutCancel(ctx)
-	old, promoted := n.d.servers[i], n.d.replicas[i]
-	if promoted == nil {
-		return fmt.Errorf("node %d has no replica (starting its last one failed)", i)
-	}
-	if err := promoted.Promote(heal); err != nil { // a primary from now on, restarts included
-		return err
-	}
-	admin := promoted.Client()
-	time.Sleep(f.For)
-	old.Kill()
-	n.d.proxies[i].SetTarget(promoted.Addr())
-	n.d.proxies[i].DropConnections()
-	n.d.admins[i].Close()
-	n.d.servers[i], n.d.admins[i] = promoted, admin
-	old.Close()
-	n.d.replicas[i] = nil
-	r, err := n.d.startReplica(heal, i, promoted)
-	if err != nil {
-		return err
-	}
-	n.d.replicas[i] = r
-	return nil
 }

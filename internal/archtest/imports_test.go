@@ -37,6 +37,9 @@ const goRedis = "github.com/redis/go-redis/v9"
 //     library only; it knows no nodes and no leases.
 //   - redlock/internal/notice, release notices (pub/sub wake-ups): go-redis
 //     and hashtag; it knows channels, not locks.
+//   - internal/unsafelocker, the simulator's switches that make a Locker
+//     unsafe (its negative controls): the standard library only; package
+//     redlock installs its setter.
 //   - redlock, the coordinator: all of the above, the only package that
 //     ties them together.
 var allowed = map[string][]string{
@@ -49,7 +52,8 @@ var allowed = map[string][]string{
 	"redlock/internal/guard":  {"redlock/internal/wire", "redlock/internal/reply", "internal/luascript", "clock", "drift", "internal/hashtag", goRedis},
 	"redlock/internal/waitq":  nil,
 	"redlock/internal/notice": {"internal/hashtag", goRedis},
-	"redlock":                 {"clock", "drift", "quorum", "internal/hashtag", "redlock/internal/wire", "redlock/internal/guard", "redlock/internal/reply", "redlock/internal/waitq", "redlock/internal/notice", goRedis},
+	"redlock":                 {"clock", "drift", "quorum", "internal/hashtag", "redlock/internal/wire", "redlock/internal/guard", "redlock/internal/reply", "redlock/internal/waitq", "redlock/internal/notice", "internal/unsafelocker", goRedis},
+	"internal/unsafelocker":   nil,
 	"fence":                   {"internal/hashtag", "internal/luascript", goRedis},
 	"internal/nodeflag":       {goRedis},
 }

@@ -1,0 +1,380 @@
+package main
+
+import (
+	"errors"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+)
+
+// simNode is one simulated Redis node: a miniredis server (a process, as
+// far as the simulation goes: a restart is a new one) that clients reach
+// only through simulated connections (simconn.go), with a clock of its own
+// and the fault state the nemesis sets. Everything it does runs inside a
+// testing/synctest bubble, so its timers and its clock are virtual.
+type simNode struct {
+	id    int
+	clock *nodeClock
+
+	mu        sync.Mutex
+	srv       *miniredis.Miniredis
+	down      bool          // killed, or partitioned: dials fail, connections are gone
+	frozen    chan struct{} // non-nil while frozen (SIGSTOP); closed at the thaw
+	blackhole bool          // everything sent either way is swallowed
+	delay     time.Duration // every reply arrives this much later
+	loss      float64       // the chance that a reply is lost after the command ran (and the connection reset)
+	rng       *rand.Rand
+	conns     map[*simConn]struct{}
+}
+
+// errRefused is a dial to a node that is down or cut off.
+var errRefused = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+
+func newSimNode(id int, clock *nodeClock, seed uint64) *simNode {
+	n := &simNode{id: id, clock: clock, rng: rand.New(rand.NewPCG(seed, uint64(id))), conns: map[*simConn]struct{}{}}
+	n.srv = n.newProcess()
+	return n
+}
+
+// newProcess starts a new server process for the node, empty: TTLs and
+// TIME follow the node's clock (SetTime before every command: see tick).
+func (n *simNode) newProcess() *miniredis.Miniredis {
+	m := miniredis.NewMiniRedis()
+	m.SetTime(n.clock.now())
+	m.ClockTTL(true)
+	return m
+}
+
+// tick sets the server's time to the node's clock: miniredis expires keys
+// and answers TIME by it. Called before every command reaches the server.
+// (The node's lock is never held while calling into the server: the
+// server's own lock may be held by a command whose reply is waiting for
+// this node's pumps.)
+func (n *simNode) tick() {
+	n.server()
+}
+
+// dial opens a connection to the node, as a client's dialer does.
+func (n *simNode) dial() (net.Conn, error) {
+	n.mu.Lock()
+	down, m := n.down, n.srv
+	n.mu.Unlock()
+	if down {
+		return nil, errRefused
+	}
+	server, err := m.Dial()
+	if err != nil {
+		return nil, err
+	}
+	client, mine := net.Pipe()
+	c := newSimConn(n, mine, server)
+	n.mu.Lock()
+	if n.down || n.srv != m { // killed or cut off meanwhile
+		n.mu.Unlock()
+		c.close()
+		return nil, errRefused
+	}
+	n.conns[c] = struct{}{}
+	n.mu.Unlock()
+	c.start()
+	return client, nil
+}
+
+// dropConnections resets every connection to the node.
+func (n *simNode) dropConnections() {
+	n.mu.Lock()
+	conns := make([]*simConn, 0, len(n.conns))
+	for c := range n.conns {
+		conns = append(conns, c)
+	}
+	n.mu.Unlock()
+	for _, c := range conns {
+		c.close()
+	}
+}
+
+func (n *simNode) forget(c *simConn) {
+	n.mu.Lock()
+	delete(n.conns, c)
+	n.mu.Unlock()
+}
+
+// gate is what a command meets on its way to the server: it waits while
+// the node is frozen, and says whether the command is swallowed.
+func (n *simNode) gate() (swallowed bool) {
+	for {
+		n.mu.Lock()
+		frozen, blackhole := n.frozen, n.blackhole
+		n.mu.Unlock()
+		if frozen == nil {
+			return blackhole
+		}
+		<-frozen
+	}
+}
+
+// replyFate is what becomes of a reply on its way back: how late it
+// arrives, or whether it is swallowed (blackhole) or lost with its
+// connection.
+func (n *simNode) replyFate() (delay time.Duration, swallowed, lost bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.delay, n.blackhole, n.loss > 0 && n.rng.Float64() < n.loss
+}
+
+// kill stops the server process: its connections reset, dials refused,
+// its memory gone (a restart without persistence comes from restart).
+func (n *simNode) kill() {
+	n.mu.Lock()
+	n.down = true
+	old := n.srv
+	n.mu.Unlock()
+	n.dropConnections()
+	old.Close()
+}
+
+// restart starts a new process, empty or from snap, and lets clients in.
+func (n *simNode) restart(snap *snapshot) {
+	m := n.newProcess()
+	if snap != nil {
+		snap.restore(m, n.clock.now())
+	}
+	n.mu.Lock()
+	n.srv, n.down = m, false
+	n.mu.Unlock()
+}
+
+// partition cuts the node off: connections reset, dials refused; the
+// server process goes on (its keys expire meanwhile).
+func (n *simNode) partition(on bool) {
+	n.mu.Lock()
+	n.down = on
+	n.mu.Unlock()
+	if on {
+		n.dropConnections()
+	}
+}
+
+func (n *simNode) freeze() {
+	n.mu.Lock()
+	if n.frozen == nil {
+		n.frozen = make(chan struct{})
+	}
+	n.mu.Unlock()
+}
+
+func (n *simNode) thaw() {
+	n.mu.Lock()
+	if n.frozen != nil {
+		close(n.frozen)
+		n.frozen = nil
+	}
+	n.mu.Unlock()
+}
+
+// setBlackhole swallows everything sent either way while on; at its end
+// every connection is reset (what was swallowed leaves none in step).
+func (n *simNode) setBlackhole(on bool) {
+	n.mu.Lock()
+	n.blackhole = on
+	n.mu.Unlock()
+	if !on {
+		n.dropConnections()
+	}
+}
+
+func (n *simNode) setDelay(d time.Duration) {
+	n.mu.Lock()
+	n.delay = d
+	n.mu.Unlock()
+}
+
+func (n *simNode) setLoss(p float64) {
+	n.mu.Lock()
+	n.loss = p
+	n.mu.Unlock()
+}
+
+// server is the node's current process.
+func (n *simNode) server() *miniredis.Miniredis {
+	n.mu.Lock()
+	m := n.srv
+	n.mu.Unlock()
+	m.SetTime(n.clock.now())
+	return m
+}
+
+// flushScripts empties the node's script cache (SCRIPT FLUSH).
+func (n *simNode) flushScripts() error {
+	return n.do("SCRIPT", "FLUSH")
+}
+
+// evictOne deletes one key at random, as allkeys-random eviction does.
+func (n *simNode) evictOne() {
+	m := n.server()
+	keys := m.Keys()
+	if len(keys) == 0 {
+		return
+	}
+	n.mu.Lock()
+	k := keys[n.rng.IntN(len(keys))]
+	n.mu.Unlock()
+	m.Del(k)
+}
+
+// do runs one command on the server directly, not through the node's
+// network (an operator's redis-cli on the host).
+func (n *simNode) do(args ...string) error {
+	m := n.server()
+	c, err := m.Dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := c.Write(encodeCommand(args)); err != nil {
+		return err
+	}
+	buf := make([]byte, 512)
+	k, err := c.Read(buf)
+	if err != nil {
+		return err
+	}
+	if k > 0 && buf[0] == '-' {
+		return errors.New(string(buf[1 : k-2]))
+	}
+	return nil
+}
+
+// encodeCommand is a command in RESP.
+func encodeCommand(args []string) []byte {
+	b := strconv.AppendInt([]byte{'*'}, int64(len(args)), 10)
+	b = append(b, '\r', '\n')
+	for _, a := range args {
+		b = strconv.AppendInt(append(b, '$'), int64(len(a)), 10)
+		b = append(append(append(b, '\r', '\n'), a...), '\r', '\n')
+	}
+	return b
+}
+
+// nodeClock is a node's wall clock: it starts at an offset from the
+// bubble's clock, runs at a rate (1: in step), and steps when the nemesis
+// says so. Redis expires keys by it.
+type nodeClock struct {
+	mu      sync.Mutex
+	at      time.Time // the bubble's clock at the last change of rate or step
+	reading time.Time // the node's clock then
+	rate    float64
+}
+
+func newNodeClock(offset time.Duration) *nodeClock {
+	now := time.Now()
+	return &nodeClock{at: now, reading: now.Add(offset), rate: 1}
+}
+
+func (c *nodeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nowLocked()
+}
+
+func (c *nodeClock) nowLocked() time.Time {
+	return c.reading.Add(time.Duration(float64(time.Since(c.at)) * c.rate))
+}
+
+// step moves the clock by d at once (an NTP step, date -s).
+func (c *nodeClock) step(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reading, c.at = c.nowLocked().Add(d), time.Now()
+}
+
+// setRate makes the clock run rate times as fast as real time from now.
+func (c *nodeClock) setRate(rate float64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reading, c.at, c.rate = c.nowLocked(), time.Now(), rate
+}
+
+// snapshot is a node's memory at one moment, as an RDB file holds it:
+// every key with its value and its absolute expiry by the node's clock.
+type snapshot struct {
+	keys []savedKey
+}
+
+type savedKey struct {
+	name    string
+	kind    string
+	str     string
+	list    []string
+	hash    map[string]string
+	set     []string
+	zset    map[string]float64
+	expires time.Time // zero: no expiry
+}
+
+// save takes a snapshot of the node's current process (SAVE).
+func (n *simNode) save() *snapshot {
+	m := n.server()
+	now := n.clock.now()
+	s := &snapshot{}
+	for _, k := range m.Keys() {
+		sk := savedKey{name: k, kind: m.Type(k)}
+		if ttl := m.TTL(k); ttl > 0 {
+			sk.expires = now.Add(ttl)
+		}
+		switch sk.kind {
+		case "string":
+			sk.str, _ = m.Get(k)
+		case "list":
+			sk.list, _ = m.List(k)
+		case "hash":
+			fields, _ := m.HKeys(k)
+			sk.hash = map[string]string{}
+			for _, f := range fields {
+				sk.hash[f] = m.HGet(k, f)
+			}
+		case "set":
+			sk.set, _ = m.Members(k)
+		case "zset":
+			sk.zset, _ = m.SortedSet(k)
+		default:
+			continue // none of the library's keys
+		}
+		s.keys = append(s.keys, sk)
+	}
+	return s
+}
+
+// restore loads the snapshot into m, whose clock reads now: keys whose
+// expiry has passed are not loaded, as Redis drops them on load.
+func (s *snapshot) restore(m *miniredis.Miniredis, now time.Time) {
+	for _, k := range s.keys {
+		if !k.expires.IsZero() && !k.expires.After(now) {
+			continue
+		}
+		switch k.kind {
+		case "string":
+			m.Set(k.name, k.str)
+		case "list":
+			m.RPush(k.name, k.list...)
+		case "hash":
+			for f, v := range k.hash {
+				m.HSet(k.name, f, v)
+			}
+		case "set":
+			m.SetAdd(k.name, k.set...)
+		case "zset":
+			for member, score := range k.zset {
+				m.ZAdd(k.name, score, member)
+			}
+		}
+		if !k.expires.IsZero() {
+			m.SetTTL(k.name, k.expires.Sub(now))
+		}
+	}
+}

@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/redlock/redlock/fence"
+	"github.com/redlock/redlock/internal/unsafelocker"
+	"github.com/redlock/redlock/redlock"
+)
+
+// The simulation runs the real Locker, the real workload, nemesis and
+// referee (workload.go, nemesis.go, referee.go) against simulated nodes
+// (simnode.go) inside a testing/synctest bubble: every sleep, timer,
+// deadline and TTL runs on the bubble's virtual clock, which moves only
+// when every goroutine in the bubble is blocked. A 30 s schedule takes a
+// few hundred milliseconds of CPU instead of 30 s.
+//
+// What it does not cover: the servers are miniredis, not Redis (no INFO
+// server, so the node guard takes the companions it takes where a server
+// does not say its uptime: GET of the marker and TIME; scripts run in
+// gopher-lua); the network is in-process pipes, not TCP (no partial
+// writes, no kernel buffers, no SO_KEEPALIVE); the resource is never
+// faulted and is a Redis counter (not the SQL table); and the interleaving
+// of goroutines is the Go scheduler's, not fixed by the seed (see replay
+// in simrun.go).
+
+// simDeployment is the simulated lock nodes and the resource's server,
+// which no fault touches.
+type simDeployment struct {
+	cfg      config
+	nodes    []*simNode
+	resource *miniredis.Miniredis
+}
+
+var _ target = (*simDeployment)(nil)
+
+// simServer names the simulated servers in reports.
+const simServer = "simulated (miniredis " + miniredisVersion + " in virtual time)"
+
+// miniredisVersion is the miniredis the simulation runs (go.mod's).
+const miniredisVersion = "v2.40.0"
+
+func newSimDeployment(cfg config) *simDeployment {
+	rng := rand.New(rand.NewPCG(cfg.seed, 0x636c6f636b73))
+	d := &simDeployment{cfg: cfg, resource: miniredis.NewMiniRedis()}
+	for i := range cfg.nodes {
+		// Each node's clock is off the others' by up to a minute: Redis
+		// expires keys by its own wall clock, and the library must never
+		// compare one node's clock with another's.
+		offset := time.Duration(rng.Int64N(int64(2*time.Minute))) - time.Minute
+		d.nodes = append(d.nodes, newSimNode(i, newNodeClock(offset), cfg.seed))
+	}
+	return d
+}
+
+// strike carries out a node's fault on simulated node i.
+func (d *simDeployment) strike(ctx context.Context, f *fault, i int) error {
+	n := d.nodes[i]
+	hold := func() { time.Sleep(f.For) }
+	switch nodeFault[f.Kind] {
+	case "freeze":
+		n.freeze()
+		hold()
+		n.thaw()
+	case "kill": // and outage
+		n.kill()
+		hold()
+		n.restart(nil)
+	case "snapshot", "failover":
+		// A rollback restarts from the last SAVE; a failover promotes a
+		// replica that stopped hearing its primary when the fault began,
+		// while the primary went on granting. To the clients both are a
+		// new server process holding the node's memory as of the fault's
+		// start (less what expired since, by the node's clock).
+		snap := n.save()
+		hold()
+		n.kill()
+		n.restart(snap)
+	case "partition":
+		n.partition(true)
+		hold()
+		n.partition(false)
+	case "blackhole":
+		n.setBlackhole(true)
+		hold()
+		n.setBlackhole(false)
+	case "latency":
+		n.setDelay(d.cfg.ttl / 3)
+		hold()
+		n.setDelay(0)
+	case "lostreply":
+		n.setLoss(0.5)
+		hold()
+		n.setLoss(0)
+	case "scriptflush":
+		return n.flushScripts()
+	case "flush": // and amnesia
+		n.server().FlushAll()
+	case "evict": // and pressure: a key evicted every twentieth of a TTL
+		every := d.cfg.ttl / 20
+		for end := time.Now().Add(f.For); time.Now().Before(end); time.Sleep(every) {
+			n.evictOne()
+		}
+	case "clockjump":
+		n.clock.step(f.Step)
+	case "clockrate":
+		n.clock.setRate(f.Rate)
+		hold()
+		n.clock.setRate(1)
+	default:
+		return fmt.Errorf("unknown fault %q", f.Kind)
+	}
+	return nil
+}
+
+// simClientOptions are a go-redis client's, connected to a simulated
+// server by dial. addr names the server (Lockers tell nodes apart by it):
+// an IP literal, which go-redis never looks up (a lookup would leave the
+// bubble); nothing listens there. Maintenance notifications are off (a
+// feature of Redis Enterprise and Redis Cloud), and so is CLIENT SETINFO
+// on each new connection.
+func simClientOptions(addr string, dial func() (net.Conn, error), retries int) *redis.Options {
+	return &redis.Options{
+		Addr:                     addr,
+		Dialer:                   func(context.Context, string, string) (net.Conn, error) { return dial() },
+		MaxRetries:               retries,
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	}
+}
+
+// simulate runs one schedule on simulated nodes in a synctest bubble of
+// t's, then judges it (porcupine outside the bubble: its search is work,
+// not waiting, and its time bound must be the wall clock's).
+func simulate(t *testing.T, cfg config) (res *result, err error) {
+	var hist *history
+	var final []int64
+	synctest.Test(t, func(t *testing.T) {
+		res, hist, final, err = simulateInBubble(t.Context(), cfg)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, res.conclude(cfg, hist, final)
+}
+
+// simulateInBubble is the schedule's run, inside the bubble.
+func simulateInBubble(ctx context.Context, cfg config) (*result, *history, []int64, error) {
+	d := newSimDeployment(cfg)
+	var clients []*redis.Client
+	defer func() {
+		// Every goroutine started in the bubble must end in it: go-redis's
+		// are the clients'.
+		for _, c := range clients {
+			c.Close()
+		}
+		for _, n := range d.nodes {
+			n.kill()
+		}
+		d.resource.Close()
+	}()
+	rc := redis.NewClient(simClientOptions("127.0.2.1:6379", d.resource.Dial, -1))
+	clients = append(clients, rc)
+	store := &resources{kind: "redis", redis: &redisResource{client: rc}}
+	if cfg.safe && !cfg.sim.noFencing {
+		store.redis.guard = fence.NewRedis(rc)
+	}
+	opts := &redlock.Options{MaxTTL: cfg.ttl, NodeTimeout: 100 * time.Millisecond, NoAutoPipeline: cfg.sim.direct}
+	if cfg.safe {
+		opts.Fencing = !cfg.sim.noFencing
+		opts.NoQuarantine = cfg.sim.noQuarantine
+	} else {
+		opts.NoQuarantine = true
+	}
+	if cfg.sim.hooks.Any() {
+		unsafelocker.Set(opts, cfg.sim.hooks)
+	}
+	retries := -1 // a lost reply is the Locker's to judge
+	if cfg.sim.retries {
+		retries = 2 // go-redis sends a command again after its reply was lost
+	}
+	lockers := make([]*redlock.Locker, cfg.lockers)
+	for i := range lockers {
+		var nodes []redlock.Node
+		for _, n := range d.nodes {
+			c := redis.NewClient(simClientOptions(fmt.Sprintf("127.0.1.%d:6379", n.id+1), n.dial, retries))
+			clients = append(clients, c)
+			nodes = append(nodes, c)
+		}
+		var err error
+		if lockers[i], err = redlock.New(nodes, opts); err != nil {
+			return nil, nil, nil, err
+		}
+		if err := lockers[i].TrustNodes(ctx); err != nil {
+			return nil, nil, nil, fmt.Errorf("TrustNodes: %w", err)
+		}
+	}
+	faults := plan(cfg)
+	// The clients go on for a quiet spell of three TTLs after the last
+	// fault could have ended (faults start by cfg.duration - TTL and last
+	// at most two TTLs): by its end every key from the faulty part has
+	// expired, and every key set in it has been released.
+	run := cfg
+	run.duration += 3 * cfg.ttl
+	hist, ran, err := exercise(ctx, run, lockers, store, d, faults)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	res := judge(cfg, simServer, faults, hist, ran)
+	res.Counts.KeysAtEnd = countLockKeys(d, cfg)
+	// Every key a lease set expires within a TTL of its last write.
+	time.Sleep(2 * cfg.ttl)
+	res.Counts.KeysLeft = countLockKeys(d, cfg)
+	final := make([]int64, cfg.keys)
+	for k := range final {
+		if v, err := d.resource.Get(counterName(k)); err == nil {
+			fmt.Sscan(v, &final[k])
+		}
+	}
+	return res, hist, final, nil
+}
+
+// countLockKeys counts the lock keys on every node.
+func countLockKeys(d *simDeployment, cfg config) int {
+	n := 0
+	for _, node := range d.nodes {
+		m := node.server()
+		for k := range cfg.keys {
+			if m.Exists(lockName(k)) {
+				n++
+			}
+		}
+	}
+	return n
+}
