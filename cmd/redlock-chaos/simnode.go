@@ -2,14 +2,18 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/alicebob/miniredis/v2/server"
 )
 
 // simNode is one simulated Redis node: a miniredis server (a process, as
@@ -21,8 +25,15 @@ type simNode struct {
 	id    int
 	clock *nodeClock
 
+	// replicas is what the node's primary says of its replicas: one in a
+	// run with failovers (each node has a replica there, as in the real
+	// runs), none otherwise.
+	replicas int
+
 	mu        sync.Mutex
 	srv       *miniredis.Miniredis
+	proc      *simProcess   // what the current server process says of itself (INFO)
+	evicting  bool          // under memory pressure: INFO memory says the node evicts
 	down      bool          // killed, or partitioned: dials fail, connections are gone
 	frozen    chan struct{} // non-nil while frozen (SIGSTOP); closed at the thaw
 	blackhole bool          // everything sent either way is swallowed
@@ -35,19 +46,90 @@ type simNode struct {
 // errRefused is a dial to a node that is down or cut off.
 var errRefused = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 
-func newSimNode(id int, clock *nodeClock, seed uint64) *simNode {
-	n := &simNode{id: id, clock: clock, rng: rand.New(rand.NewPCG(seed, uint64(id))), conns: map[*simConn]struct{}{}}
-	n.srv = n.newProcess()
+func newSimNode(id int, clock *nodeClock, seed uint64, replicas int) *simNode {
+	n := &simNode{id: id, clock: clock, replicas: replicas, rng: rand.New(rand.NewPCG(seed, uint64(id))), conns: map[*simConn]struct{}{}}
+	n.srv, n.proc = n.newProcess(nil)
 	return n
 }
 
 // newProcess starts a new server process for the node, empty: TTLs and
 // TIME follow the node's clock (SetTime before every command: see tick).
-func (n *simNode) newProcess() *miniredis.Miniredis {
+// It continues prev's replication history where prev is set (a promoted
+// replica).
+func (n *simNode) newProcess(prev *simProcess) (*miniredis.Miniredis, *simProcess) {
 	m := miniredis.NewMiniRedis()
 	m.SetTime(n.clock.now())
 	m.ClockTTL(true)
-	return m
+	p := &simProcess{run: n.hex(), replid: n.hex(), replid2: strings.Repeat("0", 40), started: n.clock.now()}
+	if prev != nil {
+		p.replid2, p.fed = prev.replid, 1<<20
+	}
+	if c, err := m.Dial(); err == nil { // the server starts with its first connection
+		c.Close()
+	}
+	m.Server().SetPreHook(func(c *server.Peer, cmd string, args ...string) bool {
+		if cmd != "INFO" {
+			return false
+		}
+		c.WriteBulk(n.info(p, args))
+		return true
+	})
+	return m, p
+}
+
+// hex is 40 random hex digits, as Redis's run_id and replid.
+func (n *simNode) hex() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var b [20]byte
+	for i := range b {
+		b[i] = byte(n.rng.Uint32())
+	}
+	return fmt.Sprintf("%x", b)
+}
+
+// simProcess is what a simulated server process says of itself in INFO,
+// as Redis 7 does: the guard's examination (examine.lua) reads it to tell
+// a new process, a promoted replica or an old snapshot from the memory it
+// examined. miniredis itself answers no INFO server, replication or
+// persistence.
+type simProcess struct {
+	run, replid, replid2 string
+	started              time.Time // by the node's clock
+	fed                  int64     // bytes read from a primary: a promoted replica's
+	loaded               int       // keys loaded from a snapshot at the start
+	evicted              atomic.Int64
+}
+
+// info is the process's reply to INFO sections.
+func (n *simNode) info(p *simProcess, sections []string) string {
+	if len(sections) == 0 {
+		sections = []string{"server", "replication", "stats", "memory", "persistence"}
+	}
+	n.mu.Lock()
+	evicting := n.evicting
+	n.mu.Unlock()
+	var b strings.Builder
+	for _, s := range sections {
+		switch strings.ToLower(s) {
+		case "server":
+			fmt.Fprintf(&b, "# Server\r\nredis_version:7.2.4\r\nprocess_id:%d\r\nrun_id:%s\r\nuptime_in_seconds:%d\r\n\r\n",
+				1000+n.id, p.run, int64(n.clock.now().Sub(p.started)/time.Second))
+		case "replication":
+			fmt.Fprintf(&b, "# Replication\r\nrole:master\r\nconnected_slaves:%d\r\nmaster_replid:%s\r\nmaster_replid2:%s\r\n\r\n", n.replicas, p.replid, p.replid2)
+		case "stats":
+			fmt.Fprintf(&b, "# Stats\r\ntotal_net_repl_input_bytes:%d\r\nevicted_keys:%d\r\n\r\n", p.fed, p.evicted.Load())
+		case "memory":
+			limit, policy := 0, "noeviction"
+			if evicting {
+				limit, policy = 1<<20, "allkeys-random"
+			}
+			fmt.Fprintf(&b, "# Memory\r\nmaxmemory:%d\r\nmaxmemory_policy:%s\r\n\r\n", limit, policy)
+		case "persistence":
+			fmt.Fprintf(&b, "# Persistence\r\naof_enabled:0\r\nrdb_last_load_keys_loaded:%d\r\n\r\n", p.loaded)
+		}
+	}
+	return b.String()
 }
 
 // tick sets the server's time to the node's clock: miniredis expires keys
@@ -139,13 +221,31 @@ func (n *simNode) kill() {
 }
 
 // restart starts a new process, empty or from snap, and lets clients in.
-func (n *simNode) restart(snap *snapshot) {
-	m := n.newProcess()
+// promoted makes it a replica promoted in the old process's stead: it
+// continues the old process's replication history and has read a stream.
+func (n *simNode) restart(snap *snapshot, promoted bool) {
+	var prev *simProcess
+	if promoted {
+		n.mu.Lock()
+		prev = n.proc
+		n.mu.Unlock()
+	}
+	m, p := n.newProcess(prev)
 	if snap != nil {
-		snap.restore(m, n.clock.now())
+		p.loaded = snap.restore(m, n.clock.now())
+		if promoted {
+			p.loaded = 0 // a replica's memory came by the stream, not from a file
+		}
 	}
 	n.mu.Lock()
-	n.srv, n.down = m, false
+	n.srv, n.proc, n.down = m, p, false
+	n.mu.Unlock()
+}
+
+// setEvicting says whether the node is under memory pressure.
+func (n *simNode) setEvicting(on bool) {
+	n.mu.Lock()
+	n.evicting = on
 	n.mu.Unlock()
 }
 
@@ -222,9 +322,11 @@ func (n *simNode) evictOne() {
 		return
 	}
 	n.mu.Lock()
-	k := keys[n.rng.IntN(len(keys))]
+	k, p := keys[n.rng.IntN(len(keys))], n.proc
 	n.mu.Unlock()
-	m.Del(k)
+	if m.Del(k) {
+		p.evicted.Add(1)
+	}
 }
 
 // do runs one command on the server directly, not through the node's
@@ -351,12 +453,15 @@ func (n *simNode) save() *snapshot {
 }
 
 // restore loads the snapshot into m, whose clock reads now: keys whose
-// expiry has passed are not loaded, as Redis drops them on load.
-func (s *snapshot) restore(m *miniredis.Miniredis, now time.Time) {
+// expiry has passed are not loaded, as Redis drops them on load. It
+// returns the keys loaded.
+func (s *snapshot) restore(m *miniredis.Miniredis, now time.Time) int {
+	loaded := 0
 	for _, k := range s.keys {
 		if !k.expires.IsZero() && !k.expires.After(now) {
 			continue
 		}
+		loaded++
 		switch k.kind {
 		case "string":
 			m.Set(k.name, k.str)
@@ -377,4 +482,5 @@ func (s *snapshot) restore(m *miniredis.Miniredis, now time.Time) {
 			m.SetTTL(k.name, k.expires.Sub(now))
 		}
 	}
+	return loaded
 }

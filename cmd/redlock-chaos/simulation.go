@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -58,7 +59,11 @@ func newSimDeployment(cfg config) *simDeployment {
 		// expires keys by its own wall clock, and the library must never
 		// compare one node's clock with another's.
 		offset := time.Duration(rng.Int64N(int64(2*time.Minute))) - time.Minute
-		d.nodes = append(d.nodes, newSimNode(i, newNodeClock(offset), cfg.seed))
+		replicas := 0
+		if slices.Contains(cfg.faults, "failover") {
+			replicas = 1
+		}
+		d.nodes = append(d.nodes, newSimNode(i, newNodeClock(offset), cfg.seed, replicas))
 	}
 	return d
 }
@@ -75,17 +80,19 @@ func (d *simDeployment) strike(ctx context.Context, f *fault, i int) error {
 	case "kill": // and outage
 		n.kill()
 		hold()
-		n.restart(nil)
+		n.restart(nil, false)
 	case "snapshot", "failover":
 		// A rollback restarts from the last SAVE; a failover promotes a
 		// replica that stopped hearing its primary when the fault began,
 		// while the primary went on granting. To the clients both are a
 		// new server process holding the node's memory as of the fault's
-		// start (less what expired since, by the node's clock).
+		// start (less what expired since, by the node's clock); to the
+		// guard the second continues the primary's replication history
+		// and read a stream (its INFO says so).
 		snap := n.save()
 		hold()
 		n.kill()
-		n.restart(snap)
+		n.restart(snap, nodeFault[f.Kind] == "failover")
 	case "partition":
 		n.partition(true)
 		hold()
@@ -108,9 +115,11 @@ func (d *simDeployment) strike(ctx context.Context, f *fault, i int) error {
 		n.server().FlushAll()
 	case "evict": // and pressure: a key evicted every twentieth of a TTL
 		every := d.cfg.ttl / 20
+		n.setEvicting(true)
 		for end := time.Now().Add(f.For); time.Now().Before(end); time.Sleep(every) {
 			n.evictOne()
 		}
+		n.setEvicting(false)
 	case "clockjump":
 		n.clock.step(f.Step)
 	case "clockrate":
