@@ -73,6 +73,16 @@ if ! go test -count=1 -run 'TestFencingOrderUnderRandomSchedules' -v ./redlock/ 
 	grep -v 'pool.go' "$sched"; rm -f "$sched"; exit 1
 fi
 grep -E '^(--- |ok)|explored' "$sched"; rm -f "$sched"
+# The simulation: the real Locker against simulated nodes in virtual time
+# (cmd/redlock-chaos/simulation.go), seeded schedules of every kind of
+# fault in the safe configuration, and every negative control. No servers;
+# without the race detector (the chaos stage runs a few schedules under it).
+stage "simulation in virtual time: go test -run TestSimulation ./cmd/redlock-chaos/ (100 seeded schedules and the controls)"
+sim=$(mktemp)
+if ! (cd cmd/redlock-chaos && go test -count=1 -run '^TestSimulation$' -v .) >"$sim" 2>&1; then
+	grep -v -E 'pool.go|^=== |--- PASS' "$sim"; rm -f "$sim"; exit 1
+fi
+grep -v -E 'pool.go|^=== |--- PASS|^\s*$' "$sim"; rm -f "$sim"
 
 if [ "${REDLOCK_SKIP_INTEGRATION:-}" = 1 ]; then
 	stage "the chaos referee's own tests (no servers): go test -race ./cmd/redlock-chaos/ -skip TestShortChaosRuns"

@@ -23,6 +23,13 @@ type counts struct {
 	// access from a newer lease of the same key (see newer), in real-time
 	// order: what fencing exists to refuse.
 	StaleAccepted int `json:"stale_accepted"`
+	// StaleSameToken are the stale accesses accepted whose newer lease
+	// carried the very same token: a token issued twice, which happens
+	// when a majority of nodes lost their fencing counters (outside
+	// fencing's guarantee: see docs/failure-models.md, "Fencing tokens")
+	// and the counters climbed back to a token an older holder still
+	// used.
+	StaleSameToken int `json:"stale_same_token,omitempty"`
 	// Rejected are writes refused as stale (fencing at work).
 	Rejected int `json:"rejected"`
 	// Accepted increments, and how many of them the final counters lack;
@@ -116,6 +123,9 @@ func referee(cfg config, h *history) counts {
 				ly := h.leases[y.Lease]
 				if y.Accepted && y.Return < x.Call && newer(ly, lx, cfg.ttl) && y.Lease != x.Lease {
 					c.StaleAccepted++
+					if lx.Token != 0 && lx.Token == ly.Token {
+						c.StaleSameToken++
+					}
 					c.Marks = append(c.Marks, mark{Kind: "stale", Client: lx.Client, At: int64(x.Call), Until: int64(x.Return)})
 					break
 				}

@@ -30,10 +30,13 @@ type simNode struct {
 	// runs), none otherwise.
 	replicas int
 
-	mu        sync.Mutex
-	srv       *miniredis.Miniredis
-	proc      *simProcess   // what the current server process says of itself (INFO)
-	evicting  bool          // under memory pressure: INFO memory says the node evicts
+	mu   sync.Mutex
+	srv  *miniredis.Miniredis
+	proc *simProcess // what the current server process says of itself (INFO)
+	// mayEvict: the node runs with an eviction policy (INFO memory says
+	// so from its start); evictions happen only under the nemesis's
+	// evict and pressure faults.
+	mayEvict  bool
 	down      bool          // killed, or partitioned: dials fail, connections are gone
 	frozen    chan struct{} // non-nil while frozen (SIGSTOP); closed at the thaw
 	blackhole bool          // everything sent either way is swallowed
@@ -46,8 +49,8 @@ type simNode struct {
 // errRefused is a dial to a node that is down or cut off.
 var errRefused = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 
-func newSimNode(id int, clock *nodeClock, seed uint64, replicas int) *simNode {
-	n := &simNode{id: id, clock: clock, replicas: replicas, rng: rand.New(rand.NewPCG(seed, uint64(id))), conns: map[*simConn]struct{}{}}
+func newSimNode(id int, clock *nodeClock, seed uint64, replicas int, mayEvict bool) *simNode {
+	n := &simNode{id: id, clock: clock, replicas: replicas, mayEvict: mayEvict, rng: rand.New(rand.NewPCG(seed, uint64(id))), conns: map[*simConn]struct{}{}}
 	n.srv, n.proc = n.newProcess(nil)
 	return n
 }
@@ -107,7 +110,7 @@ func (n *simNode) info(p *simProcess, sections []string) string {
 		sections = []string{"server", "replication", "stats", "memory", "persistence"}
 	}
 	n.mu.Lock()
-	evicting := n.evicting
+	evicting := n.mayEvict
 	n.mu.Unlock()
 	var b strings.Builder
 	for _, s := range sections {
@@ -239,13 +242,6 @@ func (n *simNode) restart(snap *snapshot, promoted bool) {
 	}
 	n.mu.Lock()
 	n.srv, n.proc, n.down = m, p, false
-	n.mu.Unlock()
-}
-
-// setEvicting says whether the node is under memory pressure.
-func (n *simNode) setEvicting(on bool) {
-	n.mu.Lock()
-	n.evicting = on
 	n.mu.Unlock()
 }
 
