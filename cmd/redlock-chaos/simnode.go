@@ -248,52 +248,48 @@ func (n *simNode) restart(snap *snapshot, promoted bool) {
 // partition cuts the node off: connections reset, dials refused; the
 // server process goes on (its keys expire meanwhile).
 func (n *simNode) partition(on bool) {
-	n.mu.Lock()
-	n.down = on
-	n.mu.Unlock()
+	n.locked(func() { n.down = on })
 	if on {
 		n.dropConnections()
 	}
 }
 
+// freeze stops the node's server from taking commands (SIGSTOP) until thaw.
 func (n *simNode) freeze() {
-	n.mu.Lock()
-	if n.frozen == nil {
-		n.frozen = make(chan struct{})
-	}
-	n.mu.Unlock()
+	n.locked(func() {
+		if n.frozen == nil {
+			n.frozen = make(chan struct{})
+		}
+	})
 }
 
 func (n *simNode) thaw() {
-	n.mu.Lock()
-	if n.frozen != nil {
-		close(n.frozen)
-		n.frozen = nil
-	}
-	n.mu.Unlock()
+	n.locked(func() {
+		if n.frozen != nil {
+			close(n.frozen)
+			n.frozen = nil
+		}
+	})
 }
 
 // setBlackhole swallows everything sent either way while on; at its end
 // every connection is reset (what was swallowed leaves none in step).
 func (n *simNode) setBlackhole(on bool) {
-	n.mu.Lock()
-	n.blackhole = on
-	n.mu.Unlock()
+	n.locked(func() { n.blackhole = on })
 	if !on {
 		n.dropConnections()
 	}
 }
 
-func (n *simNode) setDelay(d time.Duration) {
-	n.mu.Lock()
-	n.delay = d
-	n.mu.Unlock()
-}
+func (n *simNode) setDelay(d time.Duration) { n.locked(func() { n.delay = d }) }
 
-func (n *simNode) setLoss(p float64) {
+func (n *simNode) setLoss(p float64) { n.locked(func() { n.loss = p }) }
+
+// locked runs f, which sets the node's fault state, under the node's lock.
+func (n *simNode) locked(f func()) {
 	n.mu.Lock()
-	n.loss = p
-	n.mu.Unlock()
+	defer n.mu.Unlock()
+	f()
 }
 
 // server is the node's current process.
