@@ -25,8 +25,11 @@ type simConfig struct {
 	// controlSeeds is the most schedules a control may take to show its
 	// violation (0: maxControlSeeds).
 	controlSeeds int
-	replays      int    // -seed S -seeds 1: run the one schedule this many times
-	artefacts    string // where failing schedules' timelines go ("": nowhere)
+	// exploratorySeeds bounds an exploratory control's schedules instead,
+	// where set.
+	exploratorySeeds int
+	replays          int    // -seed S -seeds 1: run the one schedule this many times
+	artefacts        string // where failing schedules' timelines go ("": nowhere)
 }
 
 // simSchedule is the shape of every simulated schedule: five nodes, four
@@ -224,7 +227,11 @@ func runSimulation(t *testing.T, sc simConfig, w io.Writer) *simReport {
 		for _, v := range simVariants[1:] {
 			t.Run(v.name, func(t *testing.T) {
 				t.Parallel()
-				for i := range cmp.Or(sc.controlSeeds, maxControlSeeds) {
+				limit := cmp.Or(sc.controlSeeds, maxControlSeeds)
+				if v.exploratory && sc.exploratorySeeds > 0 {
+					limit = sc.exploratorySeeds
+				}
+				for i := range limit {
 					seed := sc.first + uint64(i)
 					cfg := scheduleConfig(seed, v)
 					res, err := simulate(t, cfg)

@@ -16,7 +16,7 @@ func TestSimulation(t *testing.T) {
 	debug.SetGCPercent(400) // bubbles allocate fast, and live little
 	sc := simConfig{seeds: 100, first: 1, controls: true, artefacts: os.Getenv("REDLOCK_CHAOS_ARTIFACTS")}
 	if raceEnabled || testing.Short() {
-		sc.seeds, sc.controlSeeds = 4, 4
+		sc.seeds, sc.controlSeeds, sc.exploratorySeeds = 4, 12, 2
 	}
 	if n, err := strconv.Atoi(os.Getenv("REDLOCK_SIM_SEEDS")); err == nil && n > 0 {
 		sc.seeds = n
