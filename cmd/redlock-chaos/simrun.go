@@ -28,7 +28,7 @@ type simConfig struct {
 	// exploratorySeeds bounds an exploratory control's schedules instead,
 	// where set.
 	exploratorySeeds int
-	replays          int    // -seed S -seeds 1: run the one schedule this many times
+	replays          int    // run the schedule of seed first this many times, and count its verdicts
 	artefacts        string // where failing schedules' timelines go ("": nowhere)
 }
 
