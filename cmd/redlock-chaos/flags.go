@@ -34,6 +34,7 @@ type config struct {
 	models     bool
 	resource   string // -resource: both, redis or sql
 	sim        simSettings
+	simRun     *simConfig // -sim: the simulation's run (nil: a run on real servers)
 }
 
 // simSettings are a simulated schedule's: its transport, whether go-redis
@@ -52,9 +53,9 @@ type usageError struct{ error }
 // faultKinds are the nemesis's faults, in the order the manual lists them.
 var faultKinds = []string{"freeze", "kill", "outage", "amnesia", "snapshot", "rollback", "partition", "blackhole", "latency", "scriptflush", "flush", "evict", "pressure", "clockjump", "failover", "pause"}
 
-// simFaultKinds are the simulation's: the nemesis's, and two it alone can
-// stage (simulation.go).
-var simFaultKinds = append(slices.Clone(faultKinds), "clockrate", "lostreply")
+// simFaultKinds are the simulation's: the nemesis's, and three it alone
+// can stage (simulation.go).
+var simFaultKinds = append(slices.Clone(faultKinds), "clockrate", "lostreply", "stall")
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var cfg config
@@ -78,6 +79,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&cfg.json, "json", false, "print the results as JSON")
 	fs.StringVar(&cfg.resource, "resource", "both", "where the counters live: redis (fence.Redis), sql (a SQLite table, fence.SQL), or both (even keys on Redis, odd keys in SQL)")
 	fs.BoolVar(&cfg.models, "models", false, "run each kind of fault in -faults alone, unsafe then safe, and print a table of the trials")
+	sim := fs.Bool("sim", false, "simulate instead: the Locker against simulated nodes in virtual time, -seeds schedules from -seed (see the manual)")
+	seeds := fs.Int("seeds", 300, "with -sim: schedules in the safe configuration")
+	replays := fs.Int("replays", 0, "with -sim: run the schedule of -seed this many times and count its verdicts")
+	controls := fs.Bool("controls", true, "with -sim: run the negative controls too")
+	artefacts := fs.String("artifacts", "", "with -sim: where failing schedules' and controls' timelines (SVG) and reports go (default: a directory in the temporary directory)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cfg, usageError{errors.New("see go doc ./cmd/redlock-chaos")}
@@ -86,6 +92,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if *conf != "safe" && cfg.models {
 		return cfg, usageError{errors.New("-models runs both configurations: leave -config out")}
+	}
+	if *sim {
+		if *seeds < 1 || *replays < 0 {
+			return cfg, usageError{fmt.Errorf("-seeds %d, -replays %d: want at least one schedule, and no negative replays", *seeds, *replays)}
+		}
+		cfg.simRun = &simConfig{seeds: *seeds, controls: *controls, replays: *replays, artefacts: *artefacts}
 	}
 	if fs.NArg() > 0 {
 		return cfg, usageError{fmt.Errorf("unexpected arguments: %q", fs.Args())}
@@ -139,6 +151,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	cfg.seed = *seed
 	if cfg.seed == 0 {
 		cfg.seed = uint64(time.Now().UnixNano())
+	}
+	if cfg.simRun != nil {
+		cfg.simRun.first = cfg.seed
+		if cfg.simRun.artefacts == "" {
+			cfg.simRun.artefacts = filepath.Join(os.TempDir(), fmt.Sprintf("redlock-sim-%d", cfg.seed))
+		}
 	}
 	if cfg.history == "" {
 		cfg.history = filepath.Join(os.TempDir(), fmt.Sprintf("redlock-chaos-%d.html", cfg.seed))

@@ -87,6 +87,19 @@
 // accepted in each configuration (scripts/failure-report.sh writes it into
 // docs/failure-results.md).
 //
+// With -sim, nothing starts: the clients' Lockers run against simulated
+// nodes in virtual time (testing/synctest bubbles; docs/failure-models.md,
+// "Simulation in virtual time"): -seeds schedules (300) of 30 s each from
+// -seed, every kind of fault above and three more (clockrate: a majority's
+// clocks running fast; lostreply: replies lost after the command ran;
+// stall: a Locker's clock reading late by 1.5 TTL, a pause inside Lock),
+// then the negative controls (-controls=false leaves them out), with a
+// progress line; failing schedules' and the controls' timelines go to
+// -artifacts DIR. -replays N runs the schedule of -seed N times and counts
+// its verdicts (time is replayed, the interleaving of goroutines is not).
+//
+//	go run ./cmd/redlock-chaos -sim -seeds 1000
+//
 // Output: the seed, the fault schedule, the counts and the verdicts (-json
 // for machines), and with -svg FILE a timeline of every client's leases and
 // writes with the faults shaded and the violations marked. A run replays its
@@ -129,8 +142,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if cfg.simRun != nil {
+		if err := os.MkdirAll(cfg.simRun.artefacts, 0o755); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "redlock-chaos: simulating from seed %d; timelines of failing schedules and of the controls' findings go to %s\n", cfg.seed, cfg.simRun.artefacts)
+		return runSim(ctx, cfg, stdout, stderr)
+	}
 	if cfg.models {
-		return runModels(ctx, cfg, stdout, stderr)
+		return runModels(ctx, cfg, stdout, stderr, chaos)
 	}
 	res, err := chaos(ctx, cfg, stderr)
 	if err != nil {

@@ -29,19 +29,22 @@ var models = map[string]string{
 	"freeze":      "11. a stalled node (one node)",
 	"clockrate":   "4. clock running fast (a majority; simulation only)",
 	"lostreply":   "2-3. replies lost after the command ran (one node; simulation only)",
+	"stall":       "1. client pause at a reading of its clock, inside Lock or Unlock (simulation only)",
 }
 
 // controlled says whether a kind of fault breaks the unsafe configuration:
 // those that strike a majority, and the client's pause. A fault on one node
 // is outvoted by the others in both configurations, so it has no control
 // to show; its rows show that the lock stays live and safe through it.
-func controlled(kind string) bool { return kind == "pause" || onMajority(kind) }
+func controlled(kind string) bool { return kind == "pause" || kind == "stall" || onMajority(kind) }
 
 // runModels runs each kind of fault alone, unsafe then safe, and prints the
 // trials as a Markdown table. It fails when a safe run fails its verdict,
 // and when a control (an unsafe run of a kind that breaks it) sees no
 // violation: a control that observes nothing proves nothing.
-func runModels(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
+//
+// run is one run: chaos (real servers), or a simulated schedule (-sim).
+func runModels(ctx context.Context, cfg config, stdout, stderr io.Writer, run runner) error {
 	type row struct {
 		kind         string
 		unsafe, safe *result
@@ -55,7 +58,7 @@ func runModels(ctx context.Context, cfg config, stdout, stderr io.Writer) error 
 			c := cfg
 			c.faults, c.safe, c.seed = []string{kind}, safe, seed
 			seed++
-			res, err := chaos(ctx, c, stderr)
+			res, err := run(ctx, c, stderr)
 			if err != nil {
 				// One run that could not finish (a server that would not
 				// start on a loaded machine) costs its row, not the table.
@@ -108,6 +111,10 @@ func runModels(ctx context.Context, cfg config, stdout, stderr io.Writer) error 
 	}
 	return nil
 }
+
+// runner is one run of a configuration: on real servers (chaos), or
+// simulated (simulate).
+type runner func(ctx context.Context, cfg config, progress io.Writer) (*result, error)
 
 // trialsOf is the trials of one kind of fault (zero if it never ran).
 func (r *result) trialsOf(kind string) trials {

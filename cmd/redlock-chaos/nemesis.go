@@ -24,9 +24,13 @@ type fault struct {
 	Client int           `json:"client"`          // -1: a node's fault
 	Step   time.Duration `json:"step,omitempty"`  // a clockjump's step forward
 	Rate   float64       `json:"rate,omitempty"`  // a clockrate's clock rate (simulation only)
-	Began  time.Duration `json:"began"`           // carried out
-	Ended  time.Duration `json:"ended"`
-	Err    string        `json:"err,omitempty"`
+	// Reading is a stall's: which of the Locker's next clock readings in
+	// an attempt is late (1: the next), so that stalls fall before the
+	// first send and between the decision and the validity check alike.
+	Reading int           `json:"reading,omitempty"`
+	Began   time.Duration `json:"began"` // carried out
+	Ended   time.Duration `json:"ended"`
+	Err     string        `json:"err,omitempty"`
 }
 
 func (f fault) String() string {
@@ -102,10 +106,15 @@ func plan(cfg config) []fault {
 			slices.Sort(f.Nodes)
 		}
 		switch {
-		case f.Kind == "pause":
+		case f.Kind == "pause" || f.Kind == "stall":
 			// Longer than any lease's validity: the paused holder writes
-			// after its lease ended, and another may have taken it.
+			// after its lease ended, and another may have taken it (a
+			// stall: the Locker's reading of its clock is late by as
+			// much, wherever it falls).
 			f.Client, f.For = rng.IntN(cfg.clients), cfg.ttl*3/2
+			if f.Kind == "stall" {
+				f.Reading = 1 + rng.IntN(2)
+			}
 		case f.Kind == "amnesia":
 			// Every key lost at once, with no downtime: the outage
 			// without its restart time, so that a holder is surely still
@@ -143,6 +152,14 @@ type target interface {
 	// strike carries out a node's fault (nodeFault's kinds) on node i,
 	// healing it before it returns.
 	strike(ctx context.Context, f *fault, i int) error
+}
+
+// staller is a target whose Lockers' clocks the nemesis can stall
+// (simulation.go): the "stall" fault.
+type staller interface {
+	// stall makes the next reading of the clock of client f.Client's
+	// Locker wait f.For, and dates f when it does.
+	stall(f *fault) error
 }
 
 // nemesis carries out a schedule on a deployment and on the clients.
@@ -201,6 +218,14 @@ func (n *nemesis) carryOut(ctx context.Context, f *fault) error {
 			return fmt.Errorf("client %d has a pause pending", f.Client)
 		}
 		return nil
+	}
+	if f.Kind == "stall" {
+		s, ok := n.nodes.(staller)
+		if !ok {
+			return errors.New("these nodes' Lockers cannot be stalled")
+		}
+		f.Began, f.Ended = -1, -1 // until a clock reading takes it
+		return s.stall(f)
 	}
 	if onMajority(f.Kind) {
 		// A majority fault is its node's fault on each of the nodes at

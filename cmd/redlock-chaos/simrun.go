@@ -54,6 +54,9 @@ type simVariant struct {
 	shows string
 	seen  func(*result) bool
 	set   func(*config)
+	// faults, where set, are the control's own kinds of fault: the ones
+	// that stage what it needs often enough to see it.
+	faults []string
 }
 
 var simVariants = []simVariant{
@@ -67,9 +70,13 @@ var simVariants = []simVariant{
 	{name: "no-fencing", shows: "stale accesses accepted (the guard on, fencing off)",
 		seen: func(r *result) bool { return r.Counts.StaleAccepted > 0 },
 		set:  func(c *config) { c.safe, c.sim.noFencing = true, true }},
-	{name: "validity-from-reply", exploratory: true, shows: "overlapping leases (validity counted from the reply)",
-		seen: func(r *result) bool { return r.Counts.Overlaps > 0 },
-		set:  func(c *config) { c.safe, c.sim.hooks = true, unsafelocker.Hooks{ValidityFromReply: true} }},
+	{name: "validity-from-reply", shows: "overlapping leases (validity counted from the reply)",
+		// A stall between an attempt's decision and its validity check
+		// is what the check exists for; mixed with every other fault it
+		// falls there too rarely (1 schedule in 20).
+		faults: []string{"stall"},
+		seen:   func(r *result) bool { return r.Counts.Overlaps > 0 },
+		set:    func(c *config) { c.safe, c.sim.hooks = true, unsafelocker.Hooks{ValidityFromReply: true} }},
 	{name: "no-release-on-failure", shows: "lock keys left when the clients stopped (failed attempts not released)",
 		seen: func(r *result) bool { return r.Counts.KeysAtEnd > 0 },
 		set:  func(c *config) { c.safe, c.sim.hooks = true, unsafelocker.Hooks{NoReleaseOnFailure: true} }},
@@ -86,6 +93,9 @@ func scheduleConfig(seed uint64, v simVariant) config {
 		panic(err) // simSchedule is a constant
 	}
 	cfg.seed, cfg.faults = seed, simFaultKinds
+	if v.faults != nil {
+		cfg.faults = v.faults
+	}
 	cfg.sim.direct = seed%2 == 1
 	cfg.sim.retries = seed/2%2 == 1
 	v.set(&cfg)
@@ -354,7 +364,7 @@ func (r *simReport) write(w io.Writer, sc simConfig, took time.Duration) {
 			} else {
 				note := ""
 				if v.exploratory {
-					note = " (exploratory: its schedule needs a client stalled inside Lock, which the nemesis does not stage yet)"
+					note = " (exploratory: a run where it sees nothing does not fail)"
 				}
 				fmt.Fprintf(&b, "  %-22s NOT FOUND in %d schedules: %s%s\n", v.name, r.tried[v.name], v.shows, note)
 			}

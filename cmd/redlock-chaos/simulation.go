@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"runtime"
 	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -14,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/redlock/redlock/clock"
 	"github.com/redlock/redlock/fence"
 	"github.com/redlock/redlock/internal/unsafelocker"
 	"github.com/redlock/redlock/redlock"
@@ -41,9 +45,87 @@ type simDeployment struct {
 	cfg      config
 	nodes    []*simNode
 	resource *miniredis.Miniredis
+	clocks   []*stallClock // each Locker's
 }
 
-var _ target = (*simDeployment)(nil)
+var (
+	_ target  = (*simDeployment)(nil)
+	_ staller = (*simDeployment)(nil)
+)
+
+// stall makes the next clock reading of client f.Client's Locker late.
+func (d *simDeployment) stall(f *fault) error {
+	return d.clocks[f.Client%len(d.clocks)].arm(f)
+}
+
+// stallClock is a Locker's clock in the simulation: the bubble's, except
+// that after a stall fault one of its next readings inside an attempt
+// (Locker.attempt: the reading before the first send, or the one after the
+// quorum's decision, the validity check's) waits the fault's length first,
+// as if the process had been paused there (a GC, the scheduler, a stalled
+// VM). Only readings in an attempt: others are taken under the Locker's
+// mutexes, and a goroutine waiting on a mutex is not durably blocked in a
+// bubble, so a stall there would stop the bubble's clock. Only the
+// goroutine reading the clock waits; a real pause stops the others too.
+type stallClock struct {
+	mu      sync.Mutex
+	pending *fault
+	skip    int       // attempt readings to let by before the pending stall
+	start   time.Time // the run's, to date the fault
+}
+
+var _ clock.Clock = (*stallClock)(nil)
+
+// attemptFunc is the function whose clock readings a stall may fall on.
+const attemptFunc = "github.com/redlock/redlock/redlock.(*Locker).attempt"
+
+// inAttempt says whether the clock is being read by Locker.attempt itself.
+func inAttempt() bool {
+	pc, _, _, ok := runtime.Caller(2) // Now's caller
+	return ok && runtime.FuncForPC(pc).Name() == attemptFunc
+}
+
+// dateFrom dates stalls from start, the run's.
+func (c *stallClock) dateFrom(start time.Time) {
+	c.mu.Lock()
+	c.start = start
+	c.mu.Unlock()
+}
+
+func (c *stallClock) arm(f *fault) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pending != nil {
+		return errors.New("the Locker has a stall pending")
+	}
+	c.pending, c.skip = f, max(f.Reading-1, 0)
+	return nil
+}
+
+func (c *stallClock) Now() time.Time {
+	c.mu.Lock()
+	f := c.pending
+	switch {
+	case f == nil:
+	case !inAttempt():
+		f = nil
+	case c.skip > 0:
+		c.skip--
+		f = nil
+	case f != nil:
+		c.pending = nil
+		f.Began = time.Since(c.start)
+	}
+	start := c.start
+	c.mu.Unlock()
+	if f != nil {
+		time.Sleep(f.For)
+		c.mu.Lock()
+		f.Ended = time.Since(start)
+		c.mu.Unlock()
+	}
+	return time.Now()
+}
 
 // simServer names the simulated servers in reports.
 const simServer = "simulated (miniredis " + miniredisVersion + " in virtual time)"
@@ -215,6 +297,10 @@ func simulateInBubble(ctx context.Context, cfg config) (*result, *history, []int
 	}
 	lockers := make([]*redlock.Locker, cfg.lockers)
 	for i := range lockers {
+		clk := &stallClock{}
+		d.clocks = append(d.clocks, clk)
+		o := *opts
+		o.Clock = clk
 		var nodes []redlock.Node
 		for _, n := range d.nodes {
 			c := redis.NewClient(simClientOptions(fmt.Sprintf("127.0.1.%d:6379", n.id+1), n.dial, retries))
@@ -222,7 +308,7 @@ func simulateInBubble(ctx context.Context, cfg config) (*result, *history, []int
 			nodes = append(nodes, c)
 		}
 		var err error
-		if lockers[i], err = redlock.New(nodes, opts); err != nil {
+		if lockers[i], err = redlock.New(nodes, &o); err != nil {
 			return nil, nil, nil, err
 		}
 		if err := lockers[i].TrustNodes(ctx); err != nil {
@@ -230,6 +316,9 @@ func simulateInBubble(ctx context.Context, cfg config) (*result, *history, []int
 		}
 	}
 	faults := plan(cfg)
+	for _, c := range d.clocks {
+		c.dateFrom(time.Now()) // exercise's start: it reads the clock next
+	}
 	// The clients go on for a quiet spell of three TTLs after the last
 	// fault could have ended (faults start by cfg.duration - TTL and last
 	// at most two TTLs): by its end every key from the faulty part has

@@ -24,7 +24,7 @@ var faultColours = map[string]string{
 	"freeze": "#bab0ac", "kill": "#e15759", "outage": "#8b0000", "amnesia": "#d37295", "snapshot": "#f28e2b", "partition": "#79706e",
 	"blackhole": "#555555", "latency": "#edc948", "scriptflush": "#b07aa1", "flush": "#ff9da7",
 	"evict": "#9c755f", "pause": "#bab0ac", "rollback": "#c85200", "pressure": "#5c3c22", "clockjump": "#17becf",
-	"failover": "#7b3294", "clockrate": "#0b8fa3", "lostreply": "#a0a0ff",
+	"failover": "#7b3294", "clockrate": "#0b8fa3", "lostreply": "#a0a0ff", "stall": "#d0c0a0",
 }
 
 // writeTimeline draws the run: a row per client with its leases (coloured
