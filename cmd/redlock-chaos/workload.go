@@ -22,6 +22,9 @@ type leaseRecord struct {
 	Acquired time.Duration `json:"acquired"` // Lock returned it
 	Until    time.Duration `json:"until"`    // the validity the client believed it had
 	Released time.Duration `json:"released"` // Unlock called (0: never)
+	// Holders is how many nodes held the lease when Lock returned it, as
+	// the Locker knew (late grants may add to it afterwards).
+	Holders int `json:"holders"`
 }
 
 // end is when the client stopped believing it held the lease: the end of its
@@ -147,7 +150,7 @@ func (c *client) cycle(ctx context.Context) {
 		}
 		return
 	}
-	rec := leaseRecord{Client: c.id, Key: key, Token: lease.Token(), Call: call, Acquired: c.since(), Until: lease.Until().Sub(c.start)}
+	rec := leaseRecord{Client: c.id, Key: key, Token: lease.Token(), Call: call, Acquired: c.since(), Until: lease.Until().Sub(c.start), Holders: lease.Holders()}
 	li := c.hist.addLease(rec)
 	defer func() {
 		// The release runs even when the run has ended: keys left behind
