@@ -24,8 +24,34 @@ finish() {
 		scripts/clean-test-containers.sh --run "$REDLOCK_TEST_RUN" || true
 	fi
 	[ -n "$stage_name" ] && echo "== ($stage_name: $((SECONDS - stage_start))s; $((SECONDS / 60))m$((SECONDS % 60))s in all)"
+	[ -n "${test_logs:-}" ] && slowest && rm -rf "$test_logs"
 }
 trap finish EXIT
+
+# Every go test runs with -v into a log of its own in $test_logs, so that
+# the end of the run can name the slowest tests (docs/testing.md keeps the
+# suite within its budget by them); gotest prints a package's lines, and
+# the whole log of a failing one.
+test_logs=$(mktemp -d)
+gotest() {
+	local label=$1 dir=$2
+	shift 2
+	local out="$test_logs/$label.log"
+	if ! (cd "$dir" && go test -v "$@") >"$out" 2>&1; then
+		grep -v -E 'pool.go|^=== ' "$out"
+		return 1
+	fi
+	grep -E '^(ok|FAIL|--- FAIL)' "$out" || true
+}
+# slowest prints the 15 slowest top-level tests of the run, with the log
+# (stage) they ran in.
+slowest() {
+	echo "== the 15 slowest tests of this run (seconds, test, run):"
+	for f in "$test_logs"/*.log; do
+		[ -e "$f" ] || continue
+		sed -n -E "s|^--- (PASS\|FAIL): ([^ ]+) \(([0-9.]+)s\)\$|\3 \2 $(basename "$f" .log)|p" "$f"
+	done | sort -rn | head -15 | sed 's/^/   /'
+}
 
 echo "== go: $(go version)"
 stage "gofmt"
@@ -53,26 +79,26 @@ if [ "${REDLOCK_SKIP_INTEGRATION:-}" != 1 ]; then
 	export TESTCONTAINERS_RYUK_DISABLED=true TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1
 fi
 stage "unit and in-process tests: go test -race ./..."
-go test -race -count=1 ./...
+gotest unit . -race -count=1 ./...
 # The coordinator has two transports: the auto-pipeline it gives *redis.Client
 # nodes by default, and a goroutine and pooled connection per call
 # (Options.NoAutoPipeline, and any other Node type). Test both.
 stage "the benchmark CLI: go test -race -tags etcd,otel ./cmd/redlock-bench/ (its own module; etcd members as child processes)"
-(cd cmd/redlock-bench && go test -race -count=1 -tags etcd,otel ./...)
+gotest bench-cli cmd/redlock-bench -race -count=1 -tags etcd,otel ./...
 stage "the OpenTelemetry adapter: go test -race ./otel/ (its own module; in-memory SDK readers)"
-(cd otel && go test -race -count=1 ./...)
+gotest otel otel -race -count=1 ./...
 # This run is also the library's under Go's FIPS 140-3 "only" mode, where
 # SHA-1 panics: the library computes none on the client (scripts go by the
 # digests servers name). One transport is enough for that mode (the digests
 # are learned alike for both), and one run for both saves CI a stage.
 stage "the coordinator again over its direct transport, in Go's FIPS 140-3 only mode: REDLOCK_TEST_TRANSPORT=direct GODEBUG=fips140=only go test -race ./redlock/... ./fence/"
-REDLOCK_TEST_TRANSPORT=direct GODEBUG=fips140=only go test -race -count=1 ./redlock/... ./fence/
+REDLOCK_TEST_TRANSPORT=direct GODEBUG=fips140=only gotest direct-fips . -race -count=1 ./redlock/... ./fence/
 stage "fencing schedules, full set without the race detector's slowdown"
 sched=$(mktemp)
 if ! go test -count=1 -run 'TestFencingOrderUnderRandomSchedules' -v ./redlock/ >"$sched" 2>&1; then
 	grep -v 'pool.go' "$sched"; rm -f "$sched"; exit 1
 fi
-grep -E '^(--- |ok)|explored' "$sched"; rm -f "$sched"
+grep -E '^(--- |ok)|explored' "$sched"; mv "$sched" "$test_logs/fencing-schedules.log"
 # The simulation: the real Locker against simulated nodes in virtual time
 # (cmd/redlock-chaos/simulation.go), seeded schedules of every kind of
 # fault in the safe configuration, and every negative control. No servers;
@@ -82,11 +108,11 @@ sim=$(mktemp)
 if ! (cd cmd/redlock-chaos && go test -count=1 -run '^TestSimulation$' -v .) >"$sim" 2>&1; then
 	grep -v -E 'pool.go|^=== |--- PASS' "$sim"; rm -f "$sim"; exit 1
 fi
-grep -v -E 'pool.go|^=== |--- PASS|^\s*$' "$sim"; rm -f "$sim"
+grep -v -E 'pool.go|^=== |--- PASS|^\s*$' "$sim"; mv "$sim" "$test_logs/simulation.log"
 
 if [ "${REDLOCK_SKIP_INTEGRATION:-}" = 1 ]; then
 	stage "the chaos referee's own tests (no servers): go test -race ./cmd/redlock-chaos/ -skip TestShortChaosRuns"
-	(cd cmd/redlock-chaos && go test -race -count=1 -skip TestShortChaosRuns ./...)
+	gotest chaos-referee cmd/redlock-chaos -race -count=1 -skip TestShortChaosRuns ./...
 	echo "== SKIPPED the integration tests and the chaos runs (REDLOCK_SKIP_INTEGRATION=1)"
 	exit 0
 fi
@@ -102,7 +128,7 @@ echo "chaos artefacts (timelines, porcupine's history): $artifacts"
 if ! (cd cmd/redlock-chaos && REDLOCK_CHAOS_ARTIFACTS=$artifacts go test -race -count=1 -v ./...) >"$chaos" 2>&1; then
 	grep -v 'pool.go' "$chaos"; rm -f "$chaos"; exit 1
 fi
-grep -E '^(--- |\s+--- |ok)|(seed [0-9]+, |leases granted|overlapping|stale accesses|increments lost|keys left|linearizable|trials|^\s+(freeze|kill|outage|amnesia|snapshot|rollback|partition|blackhole|latency|scriptflush|flush|evict|pressure|clockjump|failover|pause) +[0-9])' "$chaos"; rm -f "$chaos"
+grep -E '^(--- |\s+--- |ok)|(seed [0-9]+, |leases granted|overlapping|stale accesses|increments lost|keys left|linearizable|trials|^\s+(freeze|kill|outage|amnesia|snapshot|rollback|partition|blackhole|latency|scriptflush|flush|evict|pressure|clockjump|failover|pause) +[0-9])' "$chaos"; mv "$chaos" "$test_logs/chaos.log"
 log=$(mktemp)
 trap 'rm -f "$log"; finish' EXIT
 # The whole suite on Redis 7.0, Redis 8.0 and Valkey 9.1, over the
@@ -160,6 +186,7 @@ for run in $runs; do
 		fi
 	done
 	echo "== integration ($server, $transport): $(grep -c -- '^--- PASS' "$log") tests passed"
+	cp "$log" "$test_logs/integration-${server/:/-}-$transport-$tests.log"
 done
 stage "done"
 echo "== all tests passed"
