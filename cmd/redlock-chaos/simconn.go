@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -29,6 +31,7 @@ import (
 // faults: the command after it meets them.
 type simConn struct {
 	node    *simNode
+	probe   int         // the simulation's end of the client's probe (see clientConn)
 	client  net.Conn    // this side of the client's pipe
 	server  net.Conn    // the server process's connection
 	sent    chan []byte // commands taken from the client, not yet at the server
@@ -45,8 +48,8 @@ type timedReply struct {
 	data []byte
 }
 
-func newSimConn(n *simNode, client, server net.Conn) *simConn {
-	return &simConn{node: n, client: client, server: server, sent: make(chan []byte, 256), replies: make(chan timedReply, 256), done: make(chan struct{})}
+func newSimConn(n *simNode, client, server net.Conn, probe int) *simConn {
+	return &simConn{node: n, probe: probe, client: client, server: server, sent: make(chan []byte, 256), replies: make(chan timedReply, 256), done: make(chan struct{})}
 }
 
 func (c *simConn) start() {
@@ -162,6 +165,59 @@ func (c *simConn) close() {
 		close(c.done)
 		c.client.Close()
 		c.server.Close()
+		syscall.Close(c.probe) // the client's probe now reads as closed by the peer
 		c.node.forget(c)
 	})
+}
+
+// clientConn is the client's end of a simulated connection. It offers
+// go-redis's pool what a TCP socket offers before a pooled connection is
+// reused: a file descriptor on which a peek says whether the peer has
+// closed (go-redis's connCheck, MSG_PEEK|MSG_DONTWAIT), so that a
+// connection a fault reset is dropped and redialled, not used and failed.
+// (An in-process pipe has no descriptor: without this, every command sent
+// on a stale connection failed, a release so failing left its key to
+// expire, and the simulation saw lock keys left that TCP would not leave.)
+// The descriptor is one end of a Unix socket pair that carries no data;
+// the simulated connection closes the other end when it resets.
+type clientConn struct {
+	net.Conn
+	probe int
+	once  sync.Once
+}
+
+var _ syscall.Conn = (*clientConn)(nil)
+
+func (c *clientConn) SyscallConn() (syscall.RawConn, error) { return probeConn(c.probe), nil }
+
+func (c *clientConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { syscall.Close(c.probe) })
+	return err
+}
+
+// probeConn runs a function on the probe's descriptor once: a peek that
+// does not wait, as go-redis's is.
+type probeConn int
+
+func (p probeConn) Control(f func(fd uintptr)) error { f(uintptr(p)); return nil }
+
+func (p probeConn) Read(f func(fd uintptr) bool) error {
+	f(uintptr(p))
+	return nil
+}
+
+func (p probeConn) Write(f func(fd uintptr) bool) error {
+	f(uintptr(p))
+	return nil
+}
+
+// newProbe is a socket pair for a connection's probe: the client's end,
+// and the simulation's.
+func newProbe() (client, sim int, err error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, -1, fmt.Errorf("a connection's probe: %w", err)
+	}
+	return fds[0], fds[1], nil
 }

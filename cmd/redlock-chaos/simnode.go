@@ -156,18 +156,24 @@ func (n *simNode) dial() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	probe, peer, err := newProbe()
+	if err != nil {
+		server.Close()
+		return nil, err
+	}
 	client, mine := net.Pipe()
-	c := newSimConn(n, mine, server)
+	c := newSimConn(n, mine, server, peer)
 	n.mu.Lock()
 	if n.down || n.srv != m { // killed or cut off meanwhile
 		n.mu.Unlock()
 		c.close()
+		syscall.Close(probe)
 		return nil, errRefused
 	}
 	n.conns[c] = struct{}{}
 	n.mu.Unlock()
 	c.start()
-	return client, nil
+	return &clientConn{Conn: client, probe: probe}, nil
 }
 
 // dropConnections resets every connection to the node.
