@@ -57,3 +57,19 @@ func TestSimulationFromTheCommand(t *testing.T) {
 	assert.Contains(t, stdout.String(), "violations in the safe configuration: 0 schedules")
 	assert.Contains(t, stderr.String(), "simulating from seed 5")
 }
+
+// Each simulated connection holds two descriptors (its probe); a schedule
+// opens hundreds, and a long -sim run thousands of schedules: none may
+// outlive its schedule.
+func TestSimulatedScheduleLeavesNoDescriptors(t *testing.T) {
+	open := func() int {
+		entries, err := os.ReadDir("/proc/self/fd")
+		require.NoError(t, err)
+		return len(entries)
+	}
+	before := open()
+	res, err := simulate(t, scheduleConfig(3, simVariants[0]))
+	require.NoError(t, err)
+	require.Positive(t, res.Counts.Leases)
+	assert.LessOrEqual(t, open(), before+2, "descriptors left open by a schedule (its connections' probes)")
+}
