@@ -103,7 +103,7 @@ grep -E '^(--- |ok)|explored' "$sched"; mv "$sched" "$test_logs/fencing-schedule
 # (cmd/redlock-chaos/simulation.go), seeded schedules of every kind of
 # fault in the safe configuration, and every negative control. No servers;
 # without the race detector (the chaos stage runs a few schedules under it).
-stage "simulation in virtual time: go test -run TestSimulation ./cmd/redlock-chaos/ (280 seeded schedules, at least 10,000 faults, and the controls)"
+stage "simulation in virtual time: go test -run TestSimulation ./cmd/redlock-chaos/ (250 seeded schedules, at least 10,000 faults, and the controls)"
 sim=$(mktemp)
 if ! (cd cmd/redlock-chaos && go test -count=1 -run '^TestSimulation$' -v .) >"$sim" 2>&1; then
 	grep -v -E 'pool.go|^=== |--- PASS' "$sim"; rm -f "$sim"; exit 1

@@ -30,12 +30,12 @@ type simConfig struct {
 }
 
 // simSchedule is the shape of every simulated schedule: five nodes, three
-// clients on two Lockers contending for one key, a fault every 0.8 s on
+// clients on two Lockers contending for one key, a fault every 0.7 s on
 // average for 30 s of virtual time (then a quiet spell), every kind of
 // fault. Seeds choose the
 // transport and go-redis's retries (see scheduleConfig).
 var simSchedule = []string{"-nodes", "5", "-clients", "3", "-lockers", "2", "-keys", "1", "-ttl", "1s", "-hold", "400ms",
-	"-duration", "30s", "-fault-every", "800ms", "-resource", "redis"}
+	"-duration", "30s", "-fault-every", "700ms", "-resource", "redis"}
 
 // simVariant is a configuration a schedule runs in: the safe one, or a
 // negative control that leaves one safety step out and must show what

@@ -275,13 +275,13 @@ func simulateInBubble(ctx context.Context, cfg config) (*result, *history, []int
 		store.redis.guard = fence.NewRedis(rc)
 	}
 	// A Lock call's head of the line polls every RetryDelay+jitter even
-	// with wake-ups (they bring it in early; polling is the safety net):
-	// with the defaults (25ms, 50ms) three waiters make some sixteen
-	// attempts per lease, and each is a script on every node, which
-	// miniredis runs in a new Lua state. Four times the defaults keeps the
-	// waiting the same and the simulation four times cheaper.
+	// with wake-ups (they bring it in at once; polling is the safety net):
+	// with the defaults (25ms, 50ms) three waiters made some sixteen
+	// attempts per lease, each a script on every node, which miniredis runs
+	// in a new Lua state. Eight times the defaults keeps the hand-offs the
+	// wake-ups' and makes the simulation about three times cheaper.
 	opts := &redlock.Options{MaxTTL: cfg.ttl, NodeTimeout: 100 * time.Millisecond, NoAutoPipeline: cfg.sim.direct,
-		RetryDelay: 100 * time.Millisecond, RetryJitter: 200 * time.Millisecond}
+		RetryDelay: 200 * time.Millisecond, RetryJitter: 400 * time.Millisecond}
 	if cfg.safe {
 		opts.Fencing = !cfg.sim.noFencing
 		opts.NoQuarantine = cfg.sim.noQuarantine

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The simulation in CI: the safe configuration over 280 seeded schedules
+// The simulation in CI: the safe configuration over 250 seeded schedules
 // of every kind of fault (at least 10,000 faults carried out), and every
 // negative control until it shows its violation. Under the race detector a
 // few schedules run instead (the detector makes it several times slower;
@@ -21,10 +21,10 @@ import (
 // $REDLOCK_SIM_SEEDS sets the number of schedules.
 func TestSimulation(t *testing.T) {
 	debug.SetGCPercent(400) // bubbles allocate fast, and live little
-	sc := simConfig{seeds: 280, first: 1, controls: true, artefacts: os.Getenv("REDLOCK_CHAOS_ARTIFACTS")}
+	sc := simConfig{seeds: 250, first: 1, controls: true, artefacts: os.Getenv("REDLOCK_CHAOS_ARTIFACTS")}
 	full := !raceEnabled && !testing.Short()
 	if !full {
-		sc.seeds, sc.controlSeeds = 4, 12
+		sc.seeds, sc.controlSeeds = 4, 20
 	}
 	if n, err := strconv.Atoi(os.Getenv("REDLOCK_SIM_SEEDS")); err == nil && n > 0 {
 		sc.seeds, full = n, false
