@@ -50,7 +50,7 @@ slowest() {
 	for f in "$test_logs"/*.log; do
 		[ -e "$f" ] || continue
 		sed -n -E "s|^--- (PASS\|FAIL): ([^ ]+) \(([0-9.]+)s\)\$|\3 \2 $(basename "$f" .log)|p" "$f"
-	done | sort -rn | head -15 | sed 's/^/   /'
+	done | sort -rn | awk 'NR <= 15 { print "   " $0 }'
 }
 
 echo "== go: $(go version)"
