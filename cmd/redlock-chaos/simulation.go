@@ -30,14 +30,13 @@ import (
 // when every goroutine in the bubble is blocked. A 30 s schedule takes a
 // few hundred milliseconds of CPU instead of 30 s.
 //
-// What it does not cover: the servers are miniredis, not Redis (no INFO
-// server, so the node guard takes the companions it takes where a server
-// does not say its uptime: GET of the marker and TIME; scripts run in
-// gopher-lua); the network is in-process pipes, not TCP (no partial
-// writes, no kernel buffers, no SO_KEEPALIVE); the resource is never
-// faulted and is a Redis counter (not the SQL table); and the interleaving
-// of goroutines is the Go scheduler's, not fixed by the seed (see replay
-// in simrun.go).
+// What it does not cover (docs/failure-models.md, "Simulation in virtual
+// time", has the whole list): the servers are miniredis, not Redis (their
+// INFO is the simulation's own, simnode.go; scripts run in gopher-lua);
+// the network is in-process pipes, not TCP (no partial writes, no kernel
+// buffers); the resource is never faulted and is a Redis counter (not the
+// SQL table); and the interleaving of goroutines is the Go scheduler's, not
+// fixed by the seed (see replay in simrun.go).
 
 // simDeployment is the simulated lock nodes and the resource's server,
 // which no fault touches.
