@@ -105,7 +105,12 @@ grep -E '^(--- |ok)|explored' "$sched"; mv "$sched" "$test_logs/fencing-schedule
 # without the race detector (the chaos stage runs a few schedules under it).
 stage "simulation in virtual time: go test -run TestSimulation ./cmd/redlock-chaos/ (250 seeded schedules, at least 10,000 faults, and the controls)"
 sim=$(mktemp)
-if ! (cd cmd/redlock-chaos && go test -count=1 -run '^TestSimulation$' -v .) >"$sim" 2>&1; then
+# The controls' findings and any failing schedule's timeline (SVG) and
+# report stay here after the run: CI's artefacts.
+sim_artifacts=${TMPDIR:-/tmp}/redlock-sim-artifacts
+rm -rf "$sim_artifacts"
+echo "simulation artefacts (the controls' findings, failing schedules): $sim_artifacts"
+if ! (cd cmd/redlock-chaos && REDLOCK_CHAOS_ARTIFACTS=$sim_artifacts go test -count=1 -run '^TestSimulation$' -v .) >"$sim" 2>&1; then
 	grep -v -E 'pool.go|^=== |--- PASS' "$sim"; rm -f "$sim"; exit 1
 fi
 grep -v -E 'pool.go|^=== |--- PASS|^\s*$' "$sim"; mv "$sim" "$test_logs/simulation.log"

@@ -40,10 +40,11 @@ type config struct {
 // simSettings are a simulated schedule's: its transport, whether go-redis
 // retries, and what a control leaves out of the safe configuration.
 type simSettings struct {
-	direct       bool // Options.NoAutoPipeline
-	retries      bool // go-redis MaxRetries 2 on the lock clients
-	noFencing    bool // a control: the guard on, fencing off
-	noQuarantine bool // a control: fencing on, the guard's quarantines off
+	variant      string // the simulated configuration's name (simVariants); "" on real servers
+	direct       bool   // Options.NoAutoPipeline
+	retries      bool   // go-redis MaxRetries 2 on the lock clients
+	noFencing    bool   // a control: the guard on, fencing off
+	noQuarantine bool   // a control: fencing on, the guard's quarantines off
 	hooks        unsafelocker.Hooks
 }
 

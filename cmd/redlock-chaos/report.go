@@ -19,7 +19,14 @@ func (r *result) write(w io.Writer, cfg config) error {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed %d, %s configuration, %s, ran %v\n", r.Seed, r.Config, r.Server, r.Duration.Round(time.Millisecond))
-	fmt.Fprintf(&b, "replay: redlock-chaos %s\n", replayFlags(cfg))
+	switch v := cfg.sim.variant; {
+	case v == "safe":
+		fmt.Fprintf(&b, "replay: redlock-chaos -sim -seed %d -replays 10 (time replays, the goroutines' interleaving may not)\n", cfg.seed)
+	case v != "":
+		fmt.Fprintf(&b, "replay: seed %d of the %s control in TestSimulation (cmd/redlock-chaos/simrun.go)\n", cfg.seed, v)
+	default:
+		fmt.Fprintf(&b, "replay: redlock-chaos %s\n", replayFlags(cfg))
+	}
 	fmt.Fprintf(&b, "\nfaults (%d):\n", len(r.Faults))
 	for _, f := range r.Faults {
 		fmt.Fprintf(&b, "  %s\n", f)

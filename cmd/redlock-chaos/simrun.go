@@ -89,6 +89,7 @@ func scheduleConfig(seed uint64, v simVariant) config {
 	if v.faults != nil {
 		cfg.faults = v.faults
 	}
+	cfg.sim.variant = v.name
 	cfg.sim.direct = seed%2 == 1
 	cfg.sim.retries = seed/2%2 == 1
 	v.set(&cfg)
@@ -197,6 +198,11 @@ func transportOf(cfg config) string {
 func runSimulation(t *testing.T, sc simConfig, w io.Writer) *simReport {
 	start := time.Now()
 	rep := newSimReport()
+	if sc.artefacts != "" {
+		if err := os.MkdirAll(sc.artefacts, 0o755); err != nil {
+			t.Fatalf("the artefacts' directory: %v", err)
+		}
+	}
 	if sc.replays > 0 {
 		replay(t, sc, rep, w)
 		return rep
