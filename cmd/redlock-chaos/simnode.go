@@ -29,14 +29,14 @@ type simNode struct {
 	// run with failovers (each node has a replica there, as in the real
 	// runs), none otherwise.
 	replicas int
-
-	mu   sync.Mutex
-	srv  *miniredis.Miniredis
-	proc *simProcess // what the current server process says of itself (INFO)
 	// mayEvict: the node runs with an eviction policy (INFO memory says
 	// so from its start); evictions happen only under the nemesis's
 	// evict and pressure faults.
-	mayEvict  bool
+	mayEvict bool
+
+	mu        sync.Mutex
+	srv       *miniredis.Miniredis
+	proc      *simProcess   // what the current server process says of itself (INFO)
 	down      bool          // killed, or partitioned: dials fail, connections are gone
 	frozen    chan struct{} // non-nil while frozen (SIGSTOP); closed at the thaw
 	blackhole bool          // everything sent either way is swallowed
@@ -109,9 +109,6 @@ func (n *simNode) info(p *simProcess, sections []string) string {
 	if len(sections) == 0 {
 		sections = []string{"server", "replication", "stats", "memory", "persistence"}
 	}
-	n.mu.Lock()
-	evicting := n.mayEvict
-	n.mu.Unlock()
 	var b strings.Builder
 	for _, s := range sections {
 		switch strings.ToLower(s) {
@@ -124,7 +121,7 @@ func (n *simNode) info(p *simProcess, sections []string) string {
 			fmt.Fprintf(&b, "# Stats\r\ntotal_net_repl_input_bytes:%d\r\nevicted_keys:%d\r\n\r\n", p.fed, p.evicted.Load())
 		case "memory":
 			limit, policy := 0, "noeviction"
-			if evicting {
+			if n.mayEvict {
 				limit, policy = 1<<20, "allkeys-random"
 			}
 			fmt.Fprintf(&b, "# Memory\r\nmaxmemory:%d\r\nmaxmemory_policy:%s\r\n\r\n", limit, policy)
