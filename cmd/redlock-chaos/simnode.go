@@ -1,11 +1,11 @@
 package main
 
 import (
-	"errors"
+	"bufio"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -304,9 +304,12 @@ func (n *simNode) server() *miniredis.Miniredis {
 	return m
 }
 
-// flushScripts empties the node's script cache (SCRIPT FLUSH).
-func (n *simNode) flushScripts() error {
-	return n.do("SCRIPT", "FLUSH")
+// flushScripts empties the node's script cache: SCRIPT FLUSH, dispatched
+// to the server directly (as miniredis runs a script's redis.call), not
+// through the node's network: an operator's redis-cli on the host.
+func (n *simNode) flushScripts() {
+	m := n.server()
+	m.Server().Dispatch(server.NewPeer(bufio.NewWriter(io.Discard)), []string{"SCRIPT", "FLUSH"})
 }
 
 // evictOne deletes one key at random, as allkeys-random eviction does.
@@ -322,40 +325,6 @@ func (n *simNode) evictOne() {
 	if m.Del(k) {
 		p.evicted.Add(1)
 	}
-}
-
-// do runs one command on the server directly, not through the node's
-// network (an operator's redis-cli on the host).
-func (n *simNode) do(args ...string) error {
-	m := n.server()
-	c, err := m.Dial()
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	if _, err := c.Write(encodeCommand(args)); err != nil {
-		return err
-	}
-	buf := make([]byte, 512)
-	k, err := c.Read(buf)
-	if err != nil {
-		return err
-	}
-	if k > 0 && buf[0] == '-' {
-		return errors.New(string(buf[1 : k-2]))
-	}
-	return nil
-}
-
-// encodeCommand is a command in RESP.
-func encodeCommand(args []string) []byte {
-	b := strconv.AppendInt([]byte{'*'}, int64(len(args)), 10)
-	b = append(b, '\r', '\n')
-	for _, a := range args {
-		b = strconv.AppendInt(append(b, '$'), int64(len(a)), 10)
-		b = append(append(append(b, '\r', '\n'), a...), '\r', '\n')
-	}
-	return b
 }
 
 // nodeClock is a node's wall clock: it starts at an offset from the

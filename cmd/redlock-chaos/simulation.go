@@ -197,7 +197,7 @@ func (d *simDeployment) strike(ctx context.Context, f *fault, i int) error {
 		hold()
 		n.setLoss(0)
 	case "scriptflush":
-		return n.flushScripts()
+		n.flushScripts()
 	case "flush": // and amnesia
 		n.server().FlushAll()
 	case "evict": // and pressure: a key evicted every twentieth of a TTL
