@@ -24,7 +24,7 @@ finish() {
 		scripts/clean-test-containers.sh --run "$REDLOCK_TEST_RUN" || true
 	fi
 	[ -n "$stage_name" ] && echo "== ($stage_name: $((SECONDS - stage_start))s; $((SECONDS / 60))m$((SECONDS % 60))s in all)"
-	[ -n "${test_logs:-}" ] && slowest && rm -rf "$test_logs"
+	[ -n "${test_logs:-}" ] && slowest && failures && rm -rf "$test_logs"
 }
 trap finish EXIT
 
@@ -51,6 +51,22 @@ slowest() {
 		[ -e "$f" ] || continue
 		sed -n -E "s|^--- (PASS\|FAIL): ([^ ]+) \(([0-9.]+)s\)\$|\3 \2 $(basename "$f" .log)|p" "$f"
 	done | sort -rn | awk 'NR <= 15 { print "   " $0 }'
+}
+
+# failures prints, last of all (CI keeps the end of a long output), each
+# failing test of the run with the lines its log printed just before its
+# verdict, and any panic or data race with what follows it.
+failures() {
+	local f found=
+	for f in "$test_logs"/*.log; do
+		[ -e "$f" ] || continue
+		grep -q -E -- '^\s*--- FAIL|^panic:|^WARNING: DATA RACE|^FAIL' "$f" || continue
+		found=1
+		echo "== failures in $(basename "$f" .log):"
+		grep -v -E 'pool.go|^=== (RUN|PAUSE|CONT)' "$f" | grep -B 25 -A 2 -E -- '^\s*--- FAIL' | cut -c1-400 | tail -n 200
+		grep -v 'pool.go' "$f" | grep -A 40 -E '^panic:|^WARNING: DATA RACE' | cut -c1-400 | head -n 120
+	done
+	[ -z "$found" ] || echo "== (the failures above, again, from the logs of this run)"
 }
 
 echo "== go: $(go version)"
@@ -96,7 +112,7 @@ REDLOCK_TEST_TRANSPORT=direct GODEBUG=fips140=only gotest direct-fips . -race -c
 stage "fencing schedules, full set without the race detector's slowdown"
 sched=$(mktemp)
 if ! go test -count=1 -run 'TestFencingOrderUnderRandomSchedules' -v ./redlock/ >"$sched" 2>&1; then
-	grep -v 'pool.go' "$sched"; rm -f "$sched"; exit 1
+	grep -v 'pool.go' "$sched"; mv "$sched" "$test_logs/fencing-schedules.log"; exit 1
 fi
 grep -E '^(--- |ok)|explored' "$sched"; mv "$sched" "$test_logs/fencing-schedules.log"
 # The simulation: the real Locker against simulated nodes in virtual time
@@ -111,7 +127,7 @@ sim_artifacts=${TMPDIR:-/tmp}/redlock-sim-artifacts
 rm -rf "$sim_artifacts"
 echo "simulation artefacts (the controls' findings, failing schedules): $sim_artifacts"
 if ! (cd cmd/redlock-chaos && REDLOCK_CHAOS_ARTIFACTS=$sim_artifacts go test -count=1 -run '^TestSimulation$' -v .) >"$sim" 2>&1; then
-	grep -v -E 'pool.go|^=== |--- PASS' "$sim"; rm -f "$sim"; exit 1
+	grep -v -E 'pool.go|^=== |--- PASS' "$sim"; mv "$sim" "$test_logs/simulation.log"; exit 1
 fi
 grep -v -E 'pool.go|^=== |--- PASS|^\s*$' "$sim"; mv "$sim" "$test_logs/simulation.log"
 
@@ -131,7 +147,7 @@ artifacts=${REDLOCK_CHAOS_ARTIFACTS:-${TMPDIR:-/tmp}/redlock-chaos-artifacts}
 rm -rf "$artifacts"
 echo "chaos artefacts (timelines, porcupine's history): $artifacts"
 if ! (cd cmd/redlock-chaos && REDLOCK_CHAOS_ARTIFACTS=$artifacts go test -race -count=1 -v ./...) >"$chaos" 2>&1; then
-	grep -v 'pool.go' "$chaos"; rm -f "$chaos"; exit 1
+	grep -v 'pool.go' "$chaos"; mv "$chaos" "$test_logs/chaos.log"; exit 1
 fi
 grep -E '^(--- |\s+--- |ok)|(seed [0-9]+, |leases granted|overlapping|stale accesses|increments lost|keys left|linearizable|trials|^\s+(freeze|kill|outage|amnesia|snapshot|rollback|partition|blackhole|latency|scriptflush|flush|evict|pressure|clockjump|failover|pause) +[0-9])' "$chaos"; mv "$chaos" "$test_logs/chaos.log"
 log=$(mktemp)
@@ -176,6 +192,7 @@ for run in $runs; do
 	if ! (cd test/integration && REDLOCK_TEST_SERVER=$server REDLOCK_TEST_TRANSPORT=$transport \
 		go test -race -count=1 -v -timeout 20m "${select[@]}" ./...) >"$log" 2>&1; then
 		cat "$log"
+		cp "$log" "$test_logs/integration-${server/:/-}-$transport-$tests.log"
 		echo "== integration tests FAILED ($server, $transport transport)"
 		exit 1
 	fi
