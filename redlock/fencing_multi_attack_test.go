@@ -420,7 +420,7 @@ func mixedCluster(t *testing.T) *cluster {
 func mixedBudget() (runs, parallel int, scale time.Duration) {
 	switch {
 	case raceEnabled:
-		return 24, 2, 8
+		return 24, 8, 8
 	case testing.Short():
 		return 150, 4, 1
 	}
@@ -454,7 +454,7 @@ func TestMixedSingleAndMultiKeyTokensKeepOrder(t *testing.T) {
 func TestMixedSchedulesWithoutPhaseTwoBreakOrder(t *testing.T) {
 	runs, parallel, scale := 200, 4, time.Duration(1)
 	if raceEnabled {
-		runs, parallel, scale = 40, 2, 8
+		runs, parallel, scale = 40, 8, 8
 	}
 	c := mixedCluster(t)
 	restore := redlock.FencingPhase2("never")

@@ -263,7 +263,7 @@ func TestFencingOrderUnderRandomSchedules(t *testing.T) {
 	runs, parallel, scale := 2000, 6, time.Duration(1)
 	switch {
 	case raceEnabled: // scripts/test.sh also runs the full set without -race
-		runs, parallel, scale = 50, 2, 8 // per transport
+		runs, parallel, scale = 50, 8, 8 // per transport
 	case testing.Short():
 		runs = 300
 	}
@@ -321,7 +321,7 @@ func hookedClients(t *testing.T, servers []*miniredis.Miniredis, hook func(*mini
 func TestFencingWithoutPhaseTwoBreaksOrder(t *testing.T) {
 	runs, parallel, scale := 200, 4, time.Duration(1)
 	if raceEnabled {
-		runs, parallel, scale = 60, 2, 8
+		runs, parallel, scale = 60, 8, 8
 	}
 	c := newCluster(t, 5)
 	direct := func() scheduleNodes {

@@ -150,8 +150,6 @@ if ! (cd cmd/redlock-chaos && REDLOCK_CHAOS_ARTIFACTS=$artifacts go test -race -
 	grep -v 'pool.go' "$chaos"; mv "$chaos" "$test_logs/chaos.log"; exit 1
 fi
 grep -E '^(--- |\s+--- |ok)|(seed [0-9]+, |leases granted|overlapping|stale accesses|increments lost|keys left|linearizable|trials|^\s+(freeze|kill|outage|amnesia|snapshot|rollback|partition|blackhole|latency|scriptflush|flush|evict|pressure|clockjump|failover|pause) +[0-9])' "$chaos"; mv "$chaos" "$test_logs/chaos.log"
-log=$(mktemp)
-trap 'rm -f "$log"; finish' EXIT
 # The whole suite on Redis 7.0, Redis 8.0 and Valkey 9.1, over the
 # auto-pipeline. The rolling upgrade starts its own mix of servers, so it
 # runs once (on 7.0); Valkey 9's atomic slot migration starts Valkey 9.1
@@ -171,28 +169,69 @@ trap 'rm -f "$log"; finish' EXIT
 transport_subset='TestAcquireExtendRelease|TestMutualExclusionUnderContention|TestNodesDown|TestFrozenNodeDoesNotSlowCycles|TestLateRepliesLeaveNoKeys|TestScriptCacheLoss|TestCancelMidAcquireWithFrozenNodes|TestNodeRestartWhileHeld|TestPartitionAndKeyLoss|TestPausedHolderIsFencedOff|TestFencingDurability|TestDoCancelsWorkWhenNodesFreeze|TestNodeGuardOnRealServers|TestNodeGuardUnderLoad|TestGuardSeesANewProcessBehindEveryNodeKind|TestFailoverWithWaitReplicas|TestWaitAOF|TestMultiKeyContentionNeverDeadlocksNorOverlaps|TestResumedLeaseIsExtendedAndReleasedElsewhere|TestWaitersWakeAcrossLockers|TestKilledSubscriberFallsBackToPollingAndRecovers|TestTLSNodes|TestFirstLockOnTLSNodesBehindLatency'
 server_subset='TestAcquireExtendRelease|TestScriptCacheLoss|TestNodeRestartWhileHeld|TestEveryScriptDeclaresItsKeysOnRealServers|TestNodeGuardOnRealServers|TestGuardSeesANewProcessBehindEveryNodeKind|TestFailedExaminationDoesNotVouchForANewProcess|TestEvictedMarkerQuarantinesTheNode|TestEvictionThatSparesTheMarkerQuarantinesTheNode|TestSnapshotRestartOfAReplicatedPrimaryIsQuarantined|TestFailoverWithWaitReplicas|TestWaitAOF|TestLeastPrivilegeACL|TestACLMissingOnePermission|TestACLWakeUps|TestTLSNodes|TestClusterAsOneNode|TestClusterSlotMigration|TestFencingDurability|TestPausedHolderIsFencedOff|TestDemotedPrimaryIsLeft'
 once_on_9='TestClusterAtomicSlotMigration|TestAtomicSlotMoveMovesTheSlotAndItsKeys|TestClusterSlotHandedOverWithoutItsKeys'
-runs="redis:7.0/auto-pipeline/all redis:8.0/auto-pipeline/all valkey:9.1/auto-pipeline/all redis:7.0/direct/transport-subset valkey:8.1/auto-pipeline/server-subset"
-for run in $runs; do
-	IFS=/ read -r server transport tests <<<"$run"
-	case "$tests" in
-	transport-subset) names=$transport_subset ;;
-	server-subset) names=$server_subset ;;
-	*) names= ;;
+# The runs go side by side, in $lanes lanes (REDLOCK_TEST_LANES, default 3),
+# each lane taking every lanes-th run of this list in turn: a run waits on its
+# servers far more than it computes (one whole run keeps this machine about a
+# quarter busy), and each lane has its own share of the loopback ports
+# (test/integration/ports), so runs never pick the same port. The longest
+# runs come first, so that the lanes end close together.
+runs="redis:7.0/auto-pipeline/all redis:8.0/auto-pipeline/all valkey:9.1/auto-pipeline/all valkey:8.1/auto-pipeline/server-subset redis:7.0/direct/transport-subset"
+lanes=${REDLOCK_TEST_LANES:-3}
+# names_of prints the test names a run selects (empty for all).
+names_of() {
+	case "$1" in
+	transport-subset) echo "$transport_subset" ;;
+	server-subset) echo "$server_subset" ;;
 	esac
-	select=()
+}
+# integration runs one run (server/transport/tests) into its log in
+# $test_logs; the log's last line says how it ended.
+integration() {
+	local server transport tests names log
+	IFS=/ read -r server transport tests <<<"$1"
+	names=$(names_of "$tests")
+	log="$test_logs/integration-${server/:/-}-$transport-$tests.log"
+	local select=()
 	if [ -n "$names" ]; then
 		select=(-run "^($names)\$")
 	else
-		skip=$once_on_9
+		local skip=$once_on_9
 		[ "$server" = valkey:9.1 ] && skip=
 		[ "$server" != redis:7.0 ] && skip=${skip:+$skip|}TestRollingUpgrade
 		[ -n "$skip" ] && select=(-skip "^($skip)\$")
 	fi
-	stage "integration tests ($tests) on $server, $transport transport: go test -race ./test/integration/... ${select[*]}"
-	if ! (cd test/integration && REDLOCK_TEST_SERVER=$server REDLOCK_TEST_TRANSPORT=$transport \
+	local start=$SECONDS
+	echo "   start: $server, $transport transport, $tests: go test -race ./test/integration/... ${select[*]} (lane $2 of $lanes)"
+	if (cd test/integration && REDLOCK_TEST_SERVER=$server REDLOCK_TEST_TRANSPORT=$transport REDLOCK_TEST_PORT_SLOT=$2/$lanes \
 		go test -race -count=1 -v -timeout 20m "${select[@]}" ./...) >"$log" 2>&1; then
-		cat "$log"
-		cp "$log" "$test_logs/integration-${server/:/-}-$transport-$tests.log"
+		echo "== run ended: ok in $((SECONDS - start))s" >>"$log"
+	else
+		echo "== run ended: FAILED in $((SECONDS - start))s" >>"$log"
+	fi
+	echo "   end: $server, $transport transport, $tests: $(tail -n 1 "$log" | sed 's/^== run ended: //')"
+}
+stage "integration tests on every server and transport, $lanes runs side by side"
+pids=()
+for lane in $(seq 1 "$lanes"); do
+	(
+		i=0
+		for run in $runs; do
+			i=$((i + 1))
+			[ $(((i - 1) % lanes + 1)) -eq "$lane" ] && integration "$run" "$lane"
+		done
+		true
+	) &
+	pids+=($!)
+done
+wait "${pids[@]}"
+# Each run's report, in the list's order; the first failure ends the script.
+for run in $runs; do
+	IFS=/ read -r server transport tests <<<"$run"
+	names=$(names_of "$tests")
+	log="$test_logs/integration-${server/:/-}-$transport-$tests.log"
+	echo "== integration tests ($tests) on $server, $transport transport: $(tail -n 1 "$log" | sed 's/^== run ended: //')"
+	if ! tail -n 1 "$log" | grep -q '^== run ended: ok'; then
+		grep -v -E 'pool.go|^=== (PAUSE|CONT)' "$log"
 		echo "== integration tests FAILED ($server, $transport transport)"
 		exit 1
 	fi
@@ -208,7 +247,6 @@ for run in $runs; do
 		fi
 	done
 	echo "== integration ($server, $transport): $(grep -c -- '^--- PASS' "$log") tests passed"
-	cp "$log" "$test_logs/integration-${server/:/-}-$transport-$tests.log"
 done
 stage "done"
 echo "== all tests passed"

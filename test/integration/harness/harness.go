@@ -43,6 +43,7 @@ import (
 
 	"github.com/redlock/redlock/internal/faultnet"
 	"github.com/redlock/redlock/redlock"
+	"github.com/redlock/redlock/test/integration/ports"
 )
 
 // Label marks every container the harness starts, so that a set-up script
@@ -309,13 +310,17 @@ var (
 
 // freePort returns a port on 127.0.0.1 that was free a moment ago. It picks
 // from 20000-32767, below Linux's ephemeral range, so that outgoing client
-// connections do not take it before Docker binds it, and never returns a
-// port twice.
+// connections do not take it before Docker binds it (a run's share of that
+// where runs go side by side: package ports), and never returns a port twice.
 func freePort() (int, error) {
 	portsMu.Lock()
 	defer portsMu.Unlock()
+	lo, hi, err := ports.Range(20000, 32768)
+	if err != nil {
+		return 0, err
+	}
 	for range 1000 {
-		port := 20000 + rand.IntN(12768)
+		port := lo + rand.IntN(hi-lo)
 		if used[port] {
 			continue
 		}
@@ -327,7 +332,7 @@ func freePort() (int, error) {
 		used[port] = true
 		return port, nil
 	}
-	return 0, errors.New("harness: no free port in 20000-32767")
+	return 0, fmt.Errorf("harness: no free port in %d-%d", lo, hi-1)
 }
 
 func (n *Node) close() {

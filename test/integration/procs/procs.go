@@ -28,6 +28,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlock/redlock/internal/faultnet"
+	"github.com/redlock/redlock/test/integration/ports"
 )
 
 // Binary returns the path of server's tool ("server", "sentinel" or "cli"),
@@ -84,8 +85,8 @@ var (
 // FreePort returns a loopback port that was free a moment ago, with its
 // cluster bus port (BusPort) free too: from 10000-14999, below Linux's
 // ephemeral range (where outgoing connections could take it first) and
-// away from the Docker harness's 20000-32767. Never the same twice in a
-// process.
+// away from the Docker harness's 20000-32767; a run's share of that where
+// runs go side by side (package ports). Never the same twice in a process.
 func FreePort() (int, error) {
 	portsMu.Lock()
 	defer portsMu.Unlock()
@@ -97,13 +98,18 @@ func FreePort() (int, error) {
 		ln.Close()
 		return true
 	}
-	for port := 10000 + os.Getpid()%2500; port < 15000; port++ {
+	lo, hi, err := ports.Range(10000, 15000)
+	if err != nil {
+		return 0, err
+	}
+	start := lo + os.Getpid()%max(1, (hi-lo)/2)
+	for port := start; port < hi; port++ {
 		if !used[port] && free(port) && free(BusPort(port)) {
 			used[port] = true
 			return port, nil
 		}
 	}
-	return 0, errors.New("procs: no free port in 10000-14999")
+	return 0, fmt.Errorf("procs: no free port in %d-%d", start, hi-1)
 }
 
 // BusPort is the cluster bus port a cluster node on port listens on.
