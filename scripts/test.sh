@@ -31,17 +31,18 @@ trap finish EXIT
 # Every go test runs with -v into a log of its own in $test_logs, so that
 # the end of the run can name the slowest tests (docs/testing.md keeps the
 # suite within its budget by them); gotest prints a package's lines, and
-# the whole log of a failing one.
+# the whole log of a failing one, each line after the run's label (two runs
+# may print side by side).
 test_logs=$(mktemp -d)
 gotest() {
 	local label=$1 dir=$2
 	shift 2
 	local out="$test_logs/$label.log"
 	if ! (cd "$dir" && go test -v "$@") >"$out" 2>&1; then
-		grep -v -E 'pool.go|^=== ' "$out"
+		grep -v -E 'pool.go|^=== ' "$out" | sed "s/^/[$label] /"
 		return 1
 	fi
-	grep -E '^(ok|FAIL|--- FAIL)' "$out" || true
+	grep -E '^(ok|FAIL|--- FAIL)' "$out" | sed "s/^/[$label] /" || true
 }
 # slowest prints the 15 slowest top-level tests of the run, with the log
 # (stage) they ran in.
@@ -94,21 +95,31 @@ if [ "${REDLOCK_SKIP_INTEGRATION:-}" != 1 ]; then
 	scripts/integration-setup.sh
 	export TESTCONTAINERS_RYUK_DISABLED=true TESTCONTAINERS_HOST_OVERRIDE=127.0.0.1
 fi
-stage "unit and in-process tests: go test -race ./..."
-gotest unit . -race -count=1 ./...
 # The coordinator has two transports: the auto-pipeline it gives *redis.Client
 # nodes by default, and a goroutine and pooled connection per call
-# (Options.NoAutoPipeline, and any other Node type). Test both.
+# (Options.NoAutoPipeline, and any other Node type). Test both. The second
+# run is also the library's under Go's FIPS 140-3 "only" mode, where SHA-1
+# panics: the library computes none on the client (scripts go by the digests
+# servers name). One transport is enough for that mode (the digests are
+# learned alike for both), and one run for both saves CI a stage. The two
+# runs go side by side: the coordinator's tests wait on TTLs and networks
+# far more than they compute (one run keeps this machine 40% busy).
+stage "unit and in-process tests, go test -race ./..., beside the coordinator's over its direct transport in Go's FIPS 140-3 only mode: REDLOCK_TEST_TRANSPORT=direct GODEBUG=fips140=only go test -race ./redlock/... ./fence/"
+gotest unit . -race -count=1 ./... &
+unit_pid=$!
+REDLOCK_TEST_TRANSPORT=direct GODEBUG=fips140=only gotest direct-fips . -race -count=1 ./redlock/... ./fence/ &
+fips_pid=$!
+unit_ok=0 fips_ok=0
+wait "$unit_pid" || unit_ok=$?
+wait "$fips_pid" || fips_ok=$?
+if [ "$unit_ok" != 0 ] || [ "$fips_ok" != 0 ]; then
+	echo "== FAILED: $([ "$unit_ok" != 0 ] && echo "the unit tests ")$([ "$fips_ok" != 0 ] && echo "the direct transport's run in FIPS-only mode")"
+	exit 1
+fi
 stage "the benchmark CLI: go test -race -tags etcd,otel ./cmd/redlock-bench/ (its own module; etcd members as child processes)"
 gotest bench-cli cmd/redlock-bench -race -count=1 -tags etcd,otel ./...
 stage "the OpenTelemetry adapter: go test -race ./otel/ (its own module; in-memory SDK readers)"
 gotest otel otel -race -count=1 ./...
-# This run is also the library's under Go's FIPS 140-3 "only" mode, where
-# SHA-1 panics: the library computes none on the client (scripts go by the
-# digests servers name). One transport is enough for that mode (the digests
-# are learned alike for both), and one run for both saves CI a stage.
-stage "the coordinator again over its direct transport, in Go's FIPS 140-3 only mode: REDLOCK_TEST_TRANSPORT=direct GODEBUG=fips140=only go test -race ./redlock/... ./fence/"
-REDLOCK_TEST_TRANSPORT=direct GODEBUG=fips140=only gotest direct-fips . -race -count=1 ./redlock/... ./fence/
 stage "fencing schedules, full set without the race detector's slowdown"
 sched=$(mktemp)
 if ! go test -count=1 -run 'TestFencingOrderUnderRandomSchedules' -v ./redlock/ >"$sched" 2>&1; then
