@@ -50,7 +50,11 @@ func TestNodeErrorsCarryTheDialCause(t *testing.T) {
 		var refused, silent []redlock.Node
 		for range 3 {
 			refused = append(refused, newClient(t, redistest.RefusingAddr(t)))
-			silent = append(silent, newClient(t, silentAddr(t)))
+			o := &redis.Options{Addr: silentAddr(t)}
+			shortReadTimeout(o)
+			cl := redis.NewClient(o)
+			t.Cleanup(func() { cl.Close() })
+			silent = append(silent, cl)
 		}
 		opts := &redlock.Options{NodeTimeout: 200 * time.Millisecond, NoAutoPipeline: direct}
 		_, err := newLocker(t, refused, opts).TryLock(t.Context(), "k", time.Second)

@@ -38,6 +38,36 @@ type mixState struct {
 	// (not by an injected fault after they applied): the key may stay
 	// there until its TTL, which miniredis does not count down here
 	unsure map[string]bool
+	// unsureNodes: the nodes where the Lockers reported a release or an
+	// unlock failed, at once or late, other than by an injected fault
+	// (their Observer): a release refused
+	// before it was sent (a node whose batch stalled) never reaches the
+	// fault hooks, and its key lives out its TTL the same way
+	unsureNodes map[int]bool
+}
+
+// Observe records the nodes where a release or unlock did not succeed (see
+// unsureNodes): the Lockers of a schedule report to their mixState.
+func (s *mixState) Observe(e redlock.Event) {
+	switch e.Op {
+	case redlock.OpRelease, redlock.OpUnlock, redlock.OpLateFailure:
+	default:
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range e.Nodes {
+		// An unanswered release that failed later is reported again,
+		// as a late failure; one that succeeded left nothing. A failure
+		// the fault hooks made is theirs to record (mayKeep), by value.
+		failed := n.Outcome == redlock.Failed
+		if e.Op == redlock.OpLateFailure {
+			failed = e.Of == redlock.OpRelease || e.Of == redlock.OpUnlock
+		}
+		if failed && !errors.Is(n.Err, errLostMessage) {
+			s.unsureNodes[n.Node] = true
+		}
+	}
 }
 
 // mayKeep records, where err is set, that the node at addr may keep the
@@ -258,11 +288,11 @@ type mixed struct {
 func runMixedSchedule(nodesOf mixNodes, key string, seed uint64, scale time.Duration, vanish bool) ([]mixed, *mixState, error) {
 	others := []string{key + ":x", key + ":y"}
 	var mu sync.Mutex
-	st := &mixState{key: key, mu: &mu, rnd: rand.New(rand.NewPCG(seed, 0)), scale: scale, vanish: vanish, unsure: map[string]bool{}}
+	st := &mixState{key: key, mu: &mu, rnd: rand.New(rand.NewPCG(seed, 0)), scale: scale, vanish: vanish, unsure: map[string]bool{}, unsureNodes: map[int]bool{}}
 	var got []mixed
 	var wg sync.WaitGroup
 	for k := range 3 {
-		l, err := redlock.New(nodesOf(k, st), &redlock.Options{Fencing: true, NodeTimeout: 10 * time.Millisecond * scale, NoWakeUps: true})
+		l, err := redlock.New(nodesOf(k, st), &redlock.Options{Fencing: true, NodeTimeout: 10 * time.Millisecond * scale, NoWakeUps: true, Observer: st})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -360,12 +390,15 @@ func checkExclusion(seed uint64, got []mixed) error {
 // checkNothingLeft checks that once a schedule's Lockers are drained, no
 // node keeps any of its lock keys: every lease was unlocked and every
 // failed attempt released, whole, except where that release itself failed
-// (a late reply past its timeout: the key then lives out its TTL, which
+// (a late reply past its timeout, or a release the Lockers reported failed
+// on that node: the key then lives out its TTL, which
 // miniredis does not count down here).
 func checkNothingLeft(c *cluster, st *mixState, seed uint64) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	for i, m := range c.servers {
 		for _, k := range []string{st.key, st.key + ":x", st.key + ":y"} {
-			if v, err := m.Get(k); err == nil && !st.unsure[m.Addr()+"|"+v] {
+			if v, err := m.Get(k); err == nil && !st.unsure[m.Addr()+"|"+v] && !st.unsureNodes[i] {
 				return fmt.Errorf("seed %d: node %d keeps %s (value %s) after every lease was unlocked", seed, i, k, v)
 			}
 		}

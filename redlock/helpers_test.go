@@ -75,6 +75,15 @@ func newClient(t testing.TB, addr string) *redis.Client {
 	return cl
 }
 
+// shortReadTimeout gives a client a one-second read and write timeout, for
+// tests whose silent or black-holed nodes are decided without at
+// NodeTimeout: the calls left waiting there end at the read timeout, and
+// the Locker's Drain at the test's end waits for them (ten seconds at
+// newClient's timeouts).
+func shortReadTimeout(o *redis.Options) {
+	o.ReadTimeout, o.WriteTimeout = time.Second, time.Second
+}
+
 // nodes returns the cluster's clients as Nodes, each passed through wrap if
 // given (wrap may return its argument).
 func (c *cluster) nodes(wrap func(i int, n redlock.Node) redlock.Node) []redlock.Node {

@@ -202,7 +202,7 @@ func TestObserverSeesContentionAndTheRelease(t *testing.T) {
 func TestObserverSeesUnavailableNodes(t *testing.T) {
 	ctx := t.Context()
 	c := newCluster(t, 3)
-	proxies, nodes := c.proxied(t)
+	proxies, nodes := c.proxiedWith(t, shortReadTimeout)
 	rec := &recorder{}
 	l := newLocker(t, nodes, &redlock.Options{Observer: rec, NodeTimeout: 300 * time.Millisecond})
 	require.NoError(t, l.Warm(ctx))

@@ -33,7 +33,11 @@ func TestAttackListenIgnoresLockContext(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(func() { p.Close() })
 			p.SetBlackhole(true)
-			cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{p.Addr()}, MaxRetries: -1, MaxRedirects: -1})
+			// Timeouts of a second, past the 700ms this test allows Lock,
+			// so that Drain at its end does not wait out go-redis's longer
+			// defaults on the black-holed node.
+			cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{p.Addr()}, MaxRetries: -1, MaxRedirects: -1,
+				DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
 			t.Cleanup(func() { cc.Close() })
 			nodes := c.nodes(nil)
 			nodes[2] = cc
