@@ -406,12 +406,13 @@ func checkNothingLeft(c *cluster, st *mixState, seed uint64) error {
 	return nil
 }
 
-// exploreMixed runs seeds 1..runs, parallel at a time, with counters
-// preset (counterPresets) for the schedule's key (prefix:seed) and,
-// shifted, for the others, and returns the acquisitions checked and the violations found.
-func exploreMixed(c *cluster, prefix string, runs, parallel int, newWorker func() mixNodes, scale time.Duration, vanish bool) (acquired, multi int, failed []string) {
+// exploreMixed runs seeds (see eachSeed for how many), parallel at a
+// time, with counters preset (counterPresets) for the schedule's key
+// (prefix:seed) and, shifted, for the others, and returns what it saw.
+func exploreMixed(c *cluster, prefix string, runs, parallel int, newWorker func() mixNodes, scale time.Duration, vanish bool, enough func(explored) bool) explored {
 	var mu sync.Mutex
-	eachSeed(runs, parallel, newWorker, func(nodes mixNodes, seed uint64) {
+	var seen explored
+	seen.seeds = eachSeed(runs, parallel, newWorker, func(nodes mixNodes, seed uint64) {
 		key := fmt.Sprintf("%s:%d", prefix, seed)
 		presetCounters(c.servers, key, seed)
 		presetCounters(c.servers, key+":x", seed+1)
@@ -428,17 +429,21 @@ func exploreMixed(c *cluster, prefix string, runs, parallel int, newWorker func(
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		acquired += len(got)
+		seen.acquired += len(got)
 		for _, a := range got {
 			if len(a.keys) > 1 && slices.Contains(a.keys, key) {
-				multi++
+				seen.multi++
 			}
 		}
 		if err != nil {
-			failed = append(failed, err.Error())
+			seen.failed = append(seen.failed, err.Error())
 		}
+	}, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return enough(seen)
 	})
-	return acquired, multi, failed
+	return seen
 }
 
 func mixedCluster(t *testing.T) *cluster {
@@ -471,12 +476,12 @@ func TestMixedSingleAndMultiKeyTokensKeepOrder(t *testing.T) {
 		for _, mode := range []string{"fast", "always"} {
 			t.Run(name+"/"+mode, func(t *testing.T) {
 				defer redlock.FencingPhase2(mode)()
-				acquired, multi, failed := exploreMixed(c, "order/"+name+"/"+mode, runs, parallel, worker, scale, true)
-				t.Logf("%d seeded schedules, %d acquisitions of the key checked, %d of them multi-key", runs, acquired, multi)
-				for _, f := range failed {
+				got := exploreMixed(c, "order/"+name+"/"+mode, runs, parallel, worker, scale, true, func(e explored) bool { return e.multi > runs/10 })
+				t.Logf("%d seeded schedules, %d acquisitions of the key checked, %d of them multi-key", got.seeds, got.acquired, got.multi)
+				for _, f := range got.failed {
 					t.Error(f)
 				}
-				assert.Greater(t, multi, runs/10, "too few multi-key acquisitions of the key for the check to mean much")
+				assert.Greater(t, got.multi, runs/10, "too few multi-key acquisitions of the key for the check to mean much")
 			})
 		}
 	}
@@ -491,10 +496,10 @@ func TestMixedSchedulesWithoutPhaseTwoBreakOrder(t *testing.T) {
 	}
 	c := mixedCluster(t)
 	restore := redlock.FencingPhase2("never")
-	_, _, failed := exploreMixed(c, "control", runs, parallel, mixTransports(t, c)["direct"], scale, true)
+	got := exploreMixed(c, "control", runs, parallel, mixTransports(t, c)["direct"], scale, true, func(e explored) bool { return len(e.failed) > 0 })
 	restore()
-	t.Logf("without phase 2: %d of %d schedules broke Order or Uniqueness; the first: %s", len(failed), runs, strings.Join(failed[:min(1, len(failed))], ""))
-	require.NotEmpty(t, failed)
+	t.Logf("without phase 2: %d of %d schedules broke Order or Uniqueness; the first: %s", len(got.failed), got.seeds, strings.Join(got.failed[:min(1, len(got.failed))], ""))
+	require.NotEmpty(t, got.failed)
 }
 
 // Mutual exclusion: without key loss, no two leases that share a key (a
@@ -507,12 +512,12 @@ func TestMixedSingleAndMultiKeyLeasesExclude(t *testing.T) {
 	c := mixedCluster(t)
 	for name, worker := range mixTransports(t, c) {
 		t.Run(name, func(t *testing.T) {
-			acquired, multi, failed := exploreMixed(c, "exclusion/"+name, runs, parallel, worker, scale, false)
-			t.Logf("%d seeded schedules, %d acquisitions checked, %d multi-key with the key", runs, acquired, multi)
-			for _, f := range failed {
+			got := exploreMixed(c, "exclusion/"+name, runs, parallel, worker, scale, false, func(e explored) bool { return e.acquired > runs })
+			t.Logf("%d seeded schedules, %d acquisitions checked, %d multi-key with the key", got.seeds, got.acquired, got.multi)
+			for _, f := range got.failed {
 				t.Error(f)
 			}
-			assert.Greater(t, acquired, runs, "too few acquisitions for the check to mean much")
+			assert.Greater(t, got.acquired, runs, "too few acquisitions for the check to mean much")
 		})
 	}
 }

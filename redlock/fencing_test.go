@@ -334,10 +334,10 @@ func TestFencingWithoutPhaseTwoBreaksOrder(t *testing.T) {
 		}
 	}
 	restore := redlock.FencingPhase2("never")
-	_, failed := exploreSchedules(c.servers, runs, parallel, direct, scale)
+	got := exploreSchedules(c.servers, runs, parallel, direct, scale, func(e explored) bool { return len(e.failed) > 0 })
 	restore()
-	t.Logf("without phase 2: %d of %d schedules broke Order or Uniqueness; the first: %s", len(failed), runs, strings.Join(failed[:min(1, len(failed))], ""))
-	require.NotEmpty(t, failed, "the maximum alone must break Order in some schedule (the control)")
+	t.Logf("without phase 2: %d of %d schedules broke Order or Uniqueness; the first: %s", len(got.failed), got.seeds, strings.Join(got.failed[:min(1, len(got.failed))], ""))
+	require.NotEmpty(t, got.failed, "the maximum alone must break Order in some schedule (the control)")
 }
 
 // scheduleNodes returns the nodes of Locker k (of 3) for a schedule whose
@@ -347,12 +347,12 @@ type scheduleNodes func(k int, s *chaos) []redlock.Node
 // runSchedules runs seeds 1..runs, parallel at a time, on servers; each
 // worker gets its nodes from newWorker. Every violation fails t.
 func runSchedules(t *testing.T, servers []*miniredis.Miniredis, runs, parallel int, newWorker func() scheduleNodes, scale time.Duration) {
-	acquired, failed := exploreSchedules(servers, runs, parallel, newWorker, scale)
-	t.Logf("explored %d seeded schedules (seeds 1..%d, counters %s by turns); %d successful acquisitions checked", runs, runs, strings.Join(counterPresets, ", "), acquired)
-	for _, f := range failed {
+	got := exploreSchedules(servers, runs, parallel, newWorker, scale, func(e explored) bool { return e.acquired > runs/10 })
+	t.Logf("explored %d seeded schedules (seeds 1..%d, counters %s by turns); %d successful acquisitions checked", got.seeds, got.seeds, strings.Join(counterPresets, ", "), got.acquired)
+	for _, f := range got.failed {
 		t.Error(f)
 	}
-	assert.Greater(t, acquired, runs/10, "too few acquisitions succeeded for the check to mean much")
+	assert.Greater(t, got.acquired, runs/10, "too few acquisitions succeeded for the check to mean much")
 }
 
 // counterPresets are how the nodes' fencing counters stand when a
@@ -385,31 +385,59 @@ func presetCounters(servers []*miniredis.Miniredis, key string, seed uint64) {
 	}
 }
 
-// exploreSchedules runs seeds 1..runs as runSchedules does, and returns
-// the acquisitions checked and the violations found.
-func exploreSchedules(servers []*miniredis.Miniredis, runs, parallel int, newWorker func() scheduleNodes, scale time.Duration) (acquired int, failed []string) {
+// explored is what a seeded exploration saw: the schedules it ran, the
+// acquisitions it checked (multi: those of the schedule's key that were
+// multi-key leases), and the violations it found.
+type explored struct {
+	seeds, acquired, multi int
+	failed                 []string
+}
+
+// exploreSchedules runs seeds as runSchedules does (see eachSeed for how
+// many), and returns what it saw.
+func exploreSchedules(servers []*miniredis.Miniredis, runs, parallel int, newWorker func() scheduleNodes, scale time.Duration, enough func(explored) bool) explored {
 	var mu sync.Mutex
-	eachSeed(runs, parallel, newWorker, func(nodes scheduleNodes, seed uint64) {
+	var got explored
+	got.seeds = eachSeed(runs, parallel, newWorker, func(nodes scheduleNodes, seed uint64) {
 		presetCounters(servers, fmt.Sprintf("sched:%d", seed), seed)
 		n, err := runSchedule(nodes, seed, scale)
 		mu.Lock()
 		defer mu.Unlock()
-		acquired += n
+		got.acquired += n
 		if err != nil {
-			failed = append(failed, err.Error())
+			got.failed = append(got.failed, err.Error())
 		}
+	}, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return enough(got)
 	})
-	return acquired, failed
+	return got
 }
 
+// moreSeedsAtMost bounds how far eachSeed goes past its runs, as a
+// multiple of them.
+const moreSeedsAtMost = 4
+
 // eachSeed runs seeds 1..runs on parallel workers, each with what
-// newWorker made for it (its nodes), calling run for every seed it takes.
-func eachSeed[W any](runs, parallel int, newWorker func() W, run func(w W, seed uint64)) {
+// newWorker made for it (its nodes), calling run for every seed it
+// takes, and returns how many seeds ran. While enough says the seeds run
+// so far have not yet shown what the test needs (acquisitions to check,
+// or a control's violation), it goes on with more seeds, up to
+// moreSeedsAtMost times runs: a loaded machine makes timeouts, so fewer
+// acquisitions per seed, and a test that stopped at a fixed count would
+// then fail for want of evidence, not for a fault.
+func eachSeed[W any](runs, parallel int, newWorker func() W, run func(w W, seed uint64), enough func() bool) int {
 	seeds := make(chan uint64)
+	sent := 0
 	go func() {
 		defer close(seeds)
-		for seed := uint64(1); seed <= uint64(runs); seed++ {
+		for seed := uint64(1); seed <= uint64(moreSeedsAtMost*runs); seed++ {
+			if seed > uint64(runs) && enough() {
+				return
+			}
 			seeds <- seed
+			sent++
 		}
 	}()
 	var workers sync.WaitGroup
@@ -422,6 +450,7 @@ func eachSeed[W any](runs, parallel int, newWorker func() W, run func(w W, seed 
 		})
 	}
 	workers.Wait()
+	return sent
 }
 
 // runSchedule runs the schedule of one seed and checks its acquisitions.
@@ -775,4 +804,41 @@ func TestScheduleFaultsRecognizePhaseTwo(t *testing.T) {
 	defer mu.Unlock()
 	assert.Positive(t, recognized[1], "phase 2 of a one-key lease")
 	assert.Positive(t, recognized[2], "phase 2 of a two-key lease")
+}
+
+// The seeded explorations run their seeds, then more while the test has
+// not seen enough, and never past moreSeedsAtMost times their seeds.
+func TestEachSeedGoesOnUntilEnough(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		enoughFrom int // the seeds after which enough says yes; 0: never
+		want       int
+	}{
+		{"enough at once", 1, 10},
+		{"enough later", 25, 25},
+		{"never enough", 0, moreSeedsAtMost * 10},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var ran []uint64
+			seeds := eachSeed(10, 1, func() int { return 0 }, func(_ int, seed uint64) {
+				mu.Lock()
+				defer mu.Unlock()
+				ran = append(ran, seed)
+			}, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return c.enoughFrom > 0 && len(ran) >= c.enoughFrom
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			// One worker: a seed is taken only once the one before it ran,
+			// give or take the one the generator has ready.
+			assert.InDelta(t, c.want, seeds, 1)
+			assert.Equal(t, seeds, len(ran))
+			for i, s := range ran {
+				assert.Equal(t, uint64(i+1), s)
+			}
+		})
+	}
 }

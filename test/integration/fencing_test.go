@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,11 +171,26 @@ func TestFencingCost(t *testing.T) {
 // runs out; Do reports ErrLost and releases the lock once the nodes thaw.
 func TestDoCancelsWorkWhenNodesFreeze(t *testing.T) {
 	c := harness.Start(t, harness.Options{})
-	l := newLocker(t, c, &redlock.Options{Fencing: true, NodeTimeout: 100 * time.Millisecond})
+	// The validity to compare with is the lease's latest: freezing three
+	// containers can take longer than an extension's period on a loaded
+	// machine, so an extension may still succeed after fn began.
+	var mu sync.Mutex
+	var held *redlock.Lease
+	var until time.Time
+	extended := redlock.ObserverFunc(func(e redlock.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		if e.Op == redlock.OpExtend && e.Err == nil && held != nil {
+			until = held.Until() // set before the event is emitted
+		}
+	})
+	l := newLocker(t, c, &redlock.Options{Fencing: true, NodeTimeout: 100 * time.Millisecond, Observer: extended})
 	const ttl = 900 * time.Millisecond
-	var until, cancelled time.Time
+	var cancelled time.Time
 	err := l.Do(t.Context(), "it:do", ttl, func(ctx context.Context, lease *redlock.Lease) error {
-		until = lease.Until()
+		mu.Lock()
+		held, until = lease, lease.Until()
+		mu.Unlock()
 		// The cancellation's time is taken as it happens, not after the
 		// freezes (which can outlast the TTL on a loaded machine).
 		done := make(chan time.Time, 1)
@@ -196,6 +212,8 @@ func TestDoCancelsWorkWhenNodesFreeze(t *testing.T) {
 		require.NoError(t, n.Thaw(context.Background()))
 	}
 	require.ErrorIs(t, err, redlock.ErrLost)
+	mu.Lock()
+	defer mu.Unlock()
 	t.Logf("work cancelled %v before the lease's validity ran out", until.Sub(cancelled))
 	assert.True(t, cancelled.Before(until))
 	drain(t, l)
