@@ -369,3 +369,43 @@ func TestLeaseDoWithAShorterTTLKeepsTheLease(t *testing.T) {
 	})
 	require.NoError(t, err)
 }
+
+// Locker.Do acquires, runs fn and releases. If ctx ends, or the lease's
+// validity runs out, between the acquisition and the start of fn, the lease
+// must still be released: nobody else holds it, so nobody else can. (Before
+// 3b2f794 fn ran, saw its context ended, and Do released.)
+func TestLockerDoReleasesALeaseItCouldNotRun(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// after runs in the Observer as the acquisition succeeds,
+		// before Lock returns
+		after func(cancel context.CancelFunc, fake *clock.Fake)
+	}{
+		{"ctx ended", func(cancel context.CancelFunc, _ *clock.Fake) { cancel() }},
+		{"validity ran out", func(_ context.CancelFunc, fake *clock.Fake) { fake.Advance(time.Minute) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t, 3)
+			fake := clock.NewFake(time.Now())
+			fake.Resume()
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			var once atomic.Bool
+			obs := redlock.ObserverFunc(func(e redlock.Event) {
+				if e.Op == redlock.OpAcquire && e.Err == nil && once.CompareAndSwap(false, true) {
+					tc.after(cancel, fake)
+				}
+			})
+			l := newLocker(t, c.nodes(nil), &redlock.Options{Clock: fake, Observer: obs})
+			ran := false
+			err := l.Do(ctx, "job", 30*time.Second, func(context.Context, *redlock.Lease) error {
+				ran = true
+				return nil
+			})
+			drain(t, l)
+			for i, m := range c.servers {
+				assert.False(t, m.Exists("job"), "node %d keeps the lease Do acquired (fn ran: %v; Do: %v)", i, ran, err)
+			}
+		})
+	}
+}

@@ -14,8 +14,8 @@ import (
 // always reports the same one: every node (nil, duplicate, a multi-shard
 // Ring under the guard), then the Options' own rules (RequireDurable
 // without Fencing), and only then whether each node can carry the WAIT of
-// WaitReplicas. (Found by a review of the transport's move to
-// internal/wire, which had moved the WAIT check first.)
+// WaitReplicas. (The transport's move to internal/wire had once moved the
+// WAIT check first.)
 func TestNewChecksInOrder(t *testing.T) {
 	m1, m2 := redistest.Miniredis(t), redistest.Miniredis(t)
 	c1 := redis.NewClient(&redis.Options{Addr: m1.Addr()})

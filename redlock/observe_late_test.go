@@ -39,9 +39,9 @@ func (a *afterDrain) take() []redlock.Event {
 	return out
 }
 
-// Attack on 3cfe608: every operation decided without a slow, failing node
-// reports exactly one OpLateFailure for it, and Drain waits for it: nothing
-// is observed once Drain has returned.
+// Every operation decided without a slow, failing node reports exactly
+// one OpLateFailure for it, and Drain waits for it: nothing is observed
+// once Drain has returned.
 func TestLateFailureOncePerRoundAndDrainWaits(t *testing.T) {
 	ctx := t.Context()
 	c := newCluster(t, 3)

@@ -249,8 +249,8 @@ type headMarker struct{}
 // (its ctx ends during its attempt) is not lost: the head leaves without
 // taking it, and the next waiter, moved up with the key not held here,
 // tries at once. Lock polls once a minute here (patient): before the fix
-// (found by an attack review) the next waiter took its promotion as the
-// only wake-up and ran into its deadline with the key free.
+// the next waiter took its promotion as the only wake-up and ran into its
+// deadline with the key free.
 func TestReleaseToAHeadThatLeavesIsPassedOn(t *testing.T) {
 	c := newCluster(t, 3)
 	var armed atomic.Bool

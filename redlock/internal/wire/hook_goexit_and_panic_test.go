@@ -38,13 +38,12 @@ func (r *onceReceiver) Receive(i int, rep Reply) {
 	r.to.Receive(i, rep)
 }
 
-// Attack 4 (passes): the random schedules of
-// TestPipelineReleaseIsLastUnderRandomSchedules with a round-trip hook
-// that ends its sender (runtime.Goexit) on a random third of the batches:
-// every call is answered exactly once, a release that reported done leaves
-// its value nowhere, and once idle the pipeline holds no key, no batch in
-// flight and no sender.
-func TestAttack4ReleaseIsLastWithGoexitingHook(t *testing.T) {
+// The random schedules of TestPipelineReleaseIsLastUnderRandomSchedules
+// with a round-trip hook that ends its sender (runtime.Goexit) on a random
+// third of the batches: every call is answered exactly once, a release
+// that reported done leaves its value nowhere, and once idle the pipeline
+// holds no key, no batch in flight and no sender.
+func TestPipelineReleaseIsLastWhenATripHookEndsItsSender(t *testing.T) {
 	schedules := 60
 	if testing.Short() {
 		schedules = 15
@@ -115,8 +114,8 @@ func (h *goexitHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // A Goexit in a go-redis hook on the node's client, while the batch is
 // sent, still answers the call, as failed (ErrHookExited): never as a
 // reply it did not get (a SET with none would read as granted); and the
-// pipeline sends on. Found by attack: the call was never answered.
-func TestAttack4GoexitInClientHookLosesTheBatchsReplies(t *testing.T) {
+// pipeline sends on. (Once the call was never answered.)
+func TestGoexitInClientHookOnAPipelinedCallFailsItAndThePipelineSendsOn(t *testing.T) {
 	m := redistest.Miniredis(t)
 	client := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	t.Cleanup(func() { client.Close() })
@@ -146,27 +145,27 @@ func TestAttack4GoexitInClientHookLosesTheBatchsReplies(t *testing.T) {
 	}
 }
 
-// Attack 4 (passes): a round-trip hook that panics (not Goexit) still
-// crashes the process, loudly, after exec's defer delivered each of the
-// batch's replies once; nothing deadlocks first. The pipeline, and the
+// A round-trip hook that panics (not Goexit) still crashes the process,
+// loudly, after exec's defer delivered each of the batch's replies once;
+// nothing deadlocks first. The pipeline, and the
 // direct transport whose Receiver panics after a Goexiting hook, run in a
 // child process.
-func TestAttack4PanicsStillCrashOnce(t *testing.T) {
-	if mode := os.Getenv("ATTACK4_CHILD"); mode != "" {
-		attack4Child(mode)
+func TestPanicsInHooksAndReceiversCrashAfterOneDeliveryEach(t *testing.T) {
+	if mode := os.Getenv("WIRE_PANIC_CHILD"); mode != "" {
+		panicChild(mode)
 		return
 	}
 	for _, mode := range []string{"pipeline-hook-panics", "pipeline-receiver-panics", "direct-receiver-panics-after-goexit"} {
 		t.Run(mode, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 			defer cancel()
-			cmd := oexec.CommandContext(ctx, os.Args[0], "-test.run=^TestAttack4PanicsStillCrashOnce$", "-test.count=1")
-			cmd.Env = append(os.Environ(), "ATTACK4_CHILD="+mode)
+			cmd := oexec.CommandContext(ctx, os.Args[0], "-test.run=^TestPanicsInHooksAndReceiversCrashAfterOneDeliveryEach$", "-test.count=1")
+			cmd.Env = append(os.Environ(), "WIRE_PANIC_CHILD="+mode)
 			out, err := cmd.CombinedOutput()
 			require.NoError(t, ctx.Err(), "the child hung (deadlock before the crash?):\n%s", out)
 			require.Error(t, err, "the child did not crash:\n%s", out)
 			s := string(out)
-			require.Contains(t, s, "panic: attack4", "not the hook's panic:\n%s", s)
+			require.Contains(t, s, "panic: deliberate", "not the hook's panic:\n%s", s)
 			for i := range 2 {
 				n := strings.Count(s, fmt.Sprintf("delivered %d\n", i))
 				require.LessOrEqual(t, n, 1, "job %d delivered %d times:\n%s", i, n, s)
@@ -188,11 +187,11 @@ type printReceiver struct {
 func (r printReceiver) Receive(_ int, rep Reply) {
 	fmt.Fprintf(os.Stderr, "delivered %d\n", r.i)
 	if r.panic {
-		panic("attack4: receiver")
+		panic("deliberate: receiver")
 	}
 }
 
-func attack4Child(mode string) {
+func panicChild(mode string) {
 	m, err := miniredis.Run()
 	if err != nil {
 		panic(err)
@@ -202,7 +201,7 @@ func attack4Child(mode string) {
 	case "pipeline-hook-panics", "pipeline-receiver-panics":
 		var p *pipeline
 		if mode == "pipeline-hook-panics" {
-			p = &pipeline{client: client, onTrip: func(RoundTrip) { panic("attack4: hook") }}
+			p = &pipeline{client: client, onTrip: func(RoundTrip) { panic("deliberate: hook") }}
 		} else {
 			p = &pipeline{client: client, onTrip: func(RoundTrip) {}}
 		}

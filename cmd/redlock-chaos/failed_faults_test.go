@@ -10,9 +10,9 @@ import (
 	"github.com/redlock/redlock/internal/redisproc"
 )
 
-// Found by a review: a failover whose new replica did not start leaves
-// the node without one (nil); closing the deployment must still stop
-// everything else, not panic.
+// A failover whose new replica did not start leaves the node without one
+// (nil); closing the deployment must still stop everything else, not
+// panic.
 func TestCloseAfterAFailedReplicaStart(t *testing.T) {
 	d := &deployment{replicas: []*redisproc.Server{nil}}
 	assert.NotPanics(t, d.close)

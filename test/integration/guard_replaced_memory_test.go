@@ -1,9 +1,12 @@
 package integration
 
-// Flows found by a second adversarial review of the node guard, each of
-// which granted a held lock a second time before the guard was fixed for
-// it (the doc comments say what the guard did then). Each has a control
-// subtest that differs by one step and was refused all along.
+// Flows in which a process's memory is replaced or lost without a restart
+// (a full resync from its former replica, FLUSHALL or SWAPDB, evictions),
+// hidden from the guard by a reset of the statistics or by what a Locker
+// already knew of the node. Each granted a held lock a second time before
+// the guard was fixed for it (the doc comments say what the guard did
+// then). Each has a control subtest that differs by one step and was
+// refused all along.
 
 import (
 	"strconv"
@@ -42,7 +45,7 @@ func TestPrimaryRoundTripThroughAReplicaIsQuarantined(t *testing.T) {
 	for _, mode := range []string{"control", "resetstat", "seen demoted"} {
 		t.Run(mode, func(t *testing.T) {
 			ctx := t.Context()
-			const key = "it:attack2-roundtrip"
+			const key = "it:replaced-roundtrip"
 			bin := procs.Binary(t, harness.SuiteServer(), "server")
 			port, err := procs.FreePort()
 			require.NoError(t, err)
@@ -69,7 +72,7 @@ func TestPrimaryRoundTripThroughAReplicaIsQuarantined(t *testing.T) {
 			require.Zero(t, p.Client.Exists(ctx, key).Val(), "P's memory is Q's now: the lease is gone")
 			if mode == "seen demoted" {
 				// A's round trip to P while P is a replica: READONLY.
-				_, err := a.TryLock(ctx, "it:attack2-meanwhile", failoverTTL)
+				_, err := a.TryLock(ctx, "it:replaced-meanwhile", failoverTTL)
 				require.ErrorContains(t, err, "READONLY")
 				drain(t, a)
 			}
@@ -104,7 +107,7 @@ func TestMissingMarkerOnAnOldProcessIsQuarantined(t *testing.T) {
 	for _, mode := range []string{"control", "flushall+resetstat", "swapdb"} {
 		t.Run(mode, func(t *testing.T) {
 			ctx := t.Context()
-			const key = "it:attack2-forgotten"
+			const key = "it:replaced-forgotten"
 			bin := procs.Binary(t, harness.SuiteServer(), "server")
 			port, err := procs.FreePort()
 			require.NoError(t, err)
@@ -141,7 +144,7 @@ func TestResetStatDoesNotHideAnEvictedMarker(t *testing.T) {
 	for _, reset := range []bool{false, true} {
 		t.Run(map[bool]string{false: "control", true: "resetstat"}[reset], func(t *testing.T) {
 			ctx := t.Context()
-			const key = "it:attack2-evicted-marker"
+			const key = "it:replaced-evicted-marker"
 			s := startSnapshotServer(t, "--maxmemory-policy", "allkeys-random")
 			admin := s.Admin()
 			used := infoInt(t, admin, "memory", "used_memory")

@@ -20,8 +20,7 @@ import (
 // not be had: SET NX GET on the list is refused (WRONGTYPE) on every node,
 // so TryLock would fail as if every node were down, and Lock would retry
 // until its context ends. Control: the fencing counter's name is refused
-// up front as reserved. (From an attack review: it failed before checkKey
-// knew the line.)
+// up front as reserved. (It failed so before checkKey knew the line.)
 func TestALineNameIsReservedAsALockName(t *testing.T) {
 	c := newCluster(t, 3)
 	a := newLocker(t, c.nodes(nil), patient)
@@ -88,8 +87,8 @@ func (g *gaveUp) count() int {
 // Locker's place in the lines of the nodes that did not name it too, as
 // TestAWaiterThatGivesUpLeavesTheLine asks: otherwise the next release
 // there names a Locker with no waiter, costing the other Lockers a poll
-// (TestATurnNamedForAGoneLockerCostsOnePoll). (From an attack review: the
-// named turn made Lock forget it had joined, and it left no line.)
+// (TestATurnNamedForAGoneLockerCostsOnePoll). (The named turn once made
+// Lock forget it had joined, and it left no line.)
 func TestAWaiterNamedOnSomeNodesThatGivesUpLeavesTheLine(t *testing.T) {
 	c := newCluster(t, 3)
 	const line = "{job}:redlock-waiters"
@@ -160,8 +159,8 @@ func (u *unlockGate) Eval(ctx context.Context, src string, keys []string, args .
 // whose place the others' releases already took: lines differ between
 // nodes), two name no one. The releasing Locker's own waiter tries at
 // once: a turn is passed only when most of the released nodes named
-// another Locker. (From an attack review: one node's naming passed the
-// turn, and the waiter sat out a full poll with the key free everywhere.)
+// another Locker. (One node's naming once passed the turn, and the
+// waiter sat out a full poll with the key free everywhere.)
 // Node 0's reply is made to come first. Control: with no stale place the
 // waiter tries at once.
 func TestATurnNamedOnAMinorityDoesNotPassTheReleasersTurn(t *testing.T) {

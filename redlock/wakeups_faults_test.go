@@ -16,11 +16,11 @@ import (
 )
 
 // A Lock on a Locker with a Redis Cluster node that hangs (blackholed,
-// slot map not loaded) overruns its context: Hub.Listen runs the node's
+// slot map not loaded) returns at its context's deadline, as it does with
+// NoWakeUps (control). It once overran it: Hub.Listen ran the node's
 // Source (ClusterClient.MasterForKey) synchronously, under the Hub's own
-// Timeout (max(NodeTimeout, 1s)), not the caller's ctx. Control: with
-// NoWakeUps the same Lock returns at its deadline.
-func TestAttackListenIgnoresLockContext(t *testing.T) {
+// Timeout (max(NodeTimeout, 1s)), not the caller's ctx.
+func TestALockWithAHangingClusterNodeReturnsAtItsDeadline(t *testing.T) {
 	for _, wake := range []bool{true, false} {
 		name := map[bool]string{true: "wake-ups", false: "control-NoWakeUps"}[wake]
 		t.Run(name, func(t *testing.T) {
@@ -54,11 +54,12 @@ func TestAttackListenIgnoresLockContext(t *testing.T) {
 	}
 }
 
-// A lease of this Locker that expired (never unlocked) leaves the queue
-// marked held: another process then takes the key and releases it, the
-// release's notice reaches this Locker (its waiter listens), and
-// Queues.Notice drops it as "old". The head sleeps to its poll (a minute).
-func TestAttackNoticeDroppedAfterOwnLeaseExpired(t *testing.T) {
+// A lease of this Locker expires (never unlocked); another process then
+// takes the key and releases it: the release's notice reaches this Locker
+// (its waiter listens) and wakes its head. (The expired lease once left
+// the queue marked held: Queues.Notice dropped the notice as "old", and
+// the head slept to its poll, a minute.)
+func TestANoticeAfterTheLockersOwnLeaseExpiredWakesItsWaiter(t *testing.T) {
 	c := newCluster(t, 3)
 	a := newLocker(t, c.nodes(nil), patient) // the Locker under test
 	b := newLocker(t, c.nodes(nil), patient) // another process
@@ -102,7 +103,7 @@ func TestAttackNoticeDroppedAfterOwnLeaseExpired(t *testing.T) {
 
 // A subscriber node that hangs while subscribed, then every Lock returns:
 // no subscriber connection, and no goroutine, is left.
-func TestAttackNoLeakAfterBlackholedSubscriber(t *testing.T) {
+func TestABlackholedSubscriberLeavesNoConnectionOrGoroutine(t *testing.T) {
 	c := newCluster(t, 3)
 	proxies, nodes := c.proxied(t)
 	a := newLocker(t, c.nodes(nil), patient)

@@ -19,7 +19,7 @@ import (
 // A direct call's trip reports ErrNoReply (ErrNodeTimeout, "no reply ... in
 // time (NodeTimeout)") only when the call's own time ran out: a caller
 // whose context ends first gets its own context's error, as its vote does.
-// (Found by attack: tripError converted every deadline.)
+// (tripError once converted every deadline.)
 func TestDirectTripTellsTheCallersDeadlineFromTheNodeTimeout(t *testing.T) {
 	c := newCluster(t, 3)
 	nodes := c.nodes(func(_ int, n redlock.Node) redlock.Node {
@@ -63,8 +63,8 @@ func (g *goexitTrips) ObserveRoundTrip(t redlock.RoundTrip) {
 // A RoundTripObserver that ends its goroutine (Goexit, e.g. a test's
 // require inside it) ends the pipeline's sender, but not the pipeline: the
 // batch's replies are delivered, its keys let go, and a new sender sends
-// what is queued (the release behind it, later locks). Found by attack:
-// the replies were never delivered, the release never sent, Drain hung.
+// what is queued (the release behind it, later locks). Once the replies
+// were never delivered, the release never sent, and Drain hung.
 func TestGoexitInRoundTripObserverStrandsThePipeline(t *testing.T) {
 	c := newCluster(t, 3)
 	obs := &goexitTrips{}
@@ -102,10 +102,10 @@ func (s *sleepyTrips) ObserveRoundTrip(t redlock.RoundTrip) {
 	}
 }
 
-// Invariant 3 (passes): Health's round-trip stats for a pipeline are the
-// batch's first trip, taken before the observer runs: a slow
-// RoundTripObserver does not show in them.
-func TestAttack3HealthRTTExcludesASlowObserver(t *testing.T) {
+// Health's round-trip stats for a pipeline are the batch's first trip,
+// taken before the observer runs: a slow RoundTripObserver does not show
+// in them.
+func TestHealthRTTExcludesASlowRoundTripObserver(t *testing.T) {
 	c := newCluster(t, 3)
 	obs := &sleepyTrips{sleep: 150 * time.Millisecond}
 	l, err := redlock.New(c.nodes(nil), &redlock.Options{Observer: obs, NodeTimeout: 5 * time.Second})
@@ -124,10 +124,10 @@ func TestAttack3HealthRTTExcludesASlowObserver(t *testing.T) {
 	}
 }
 
-// Invariant 4 (passes): after the node lost its script cache, the
-// pipeline resends the unlock as EVAL; the round trip still says evalsha,
-// carries one command and no error (the rerun got its reply).
-func TestAttack3NoScriptRerunIsReportedAsSent(t *testing.T) {
+// After the node lost its script cache, the pipeline resends the unlock
+// as EVAL; the round trip still says evalsha, carries one command and no
+// error (the rerun got its reply).
+func TestANoScriptRerunIsReportedAsSent(t *testing.T) {
 	c := newCluster(t, 1)
 	rec := &tripRecorder{}
 	l, err := redlock.New(c.nodes(nil), &redlock.Options{Observer: rec, NodeTimeout: 5 * time.Second})
@@ -146,9 +146,9 @@ func TestAttack3NoScriptRerunIsReportedAsSent(t *testing.T) {
 	assert.GreaterOrEqual(t, trips[1].Duration, time.Duration(0))
 }
 
-// Invariant 4 (passes): on the direct transport a release the Locker
-// skips (the node refused the SET) is not a round trip.
-func TestAttack3SkippedDirectCallIsNotATrip(t *testing.T) {
+// On the direct transport a release the Locker skips (the node refused
+// the SET) is not a round trip.
+func TestASkippedDirectCallIsNotARoundTrip(t *testing.T) {
 	c := newCluster(t, 3)
 	c.setOther(t, "k", 1, 2)
 	rec := &tripRecorder{}
@@ -169,9 +169,9 @@ func TestAttack3SkippedDirectCallIsNotATrip(t *testing.T) {
 	}
 }
 
-// Invariant 2 (passes): under concurrency on the pipeline, an observer
-// that panics on every trip loses no reply and leaves no lock.
-func TestAttack3PanickingObserverUnderLoad(t *testing.T) {
+// Under concurrency on the pipeline, an observer that panics on every
+// trip loses no reply and leaves no lock.
+func TestAPanickingRoundTripObserverUnderLoadLosesNoReply(t *testing.T) {
 	c := newCluster(t, 3)
 	proxies, nodes := c.proxied(t)
 	proxies[1].SetDelay(0, 5*time.Millisecond)

@@ -15,9 +15,9 @@ import (
 // the key's line for lineTTL) is named by this Locker's Unlock. The
 // client's next Lock, at once, is marked passed: it waits in the line only
 // as long as a named Locker takes to try (handOffWait: a few round trips),
-// then tries, and wins the free key, not a whole poll later (from an
-// attack review: a Lock with a deadline shorter than RetryDelay failed
-// without a single attempt).
+// then tries, and wins the free key, not a whole poll later (a Lock with
+// a deadline shorter than RetryDelay once failed without a single
+// attempt).
 func TestALockAfterAnUnlockThatNamedAGoneLockerTriesAtOnce(t *testing.T) {
 	c := newCluster(t, 3)
 	for _, m := range c.servers {

@@ -46,12 +46,13 @@ func (c *failFirstDo) Do(ctx context.Context, args ...any) *redis.Cmd {
 	return c.Client.Do(ctx, args...)
 }
 
-// A transient error reply to the probe is taken for "no SPUBLISH here":
-// the connection subscribes with plain SUBSCRIBE for its whole life, is
-// confirmed (Ready says heard), but the release script's SPUBLISH, which
-// succeeds on Redis 7, reaches only sharded subscribers: every release
-// is missed while Ready claimed none would be.
-func TestAttackTransientProbeErrorMeansPlainForever(t *testing.T) {
+// A transient error reply to the probe is not taken for "no SPUBLISH
+// here": the release's notice comes. (Taken so, the connection subscribed
+// with plain SUBSCRIBE for its whole life and was confirmed (Ready said
+// heard), but the release script's SPUBLISH, which succeeds on Redis 7,
+// reached only sharded subscribers: every release was missed while Ready
+// claimed none would be.)
+func TestATransientProbeErrorDoesNotMakeTheConnectionPlain(t *testing.T) {
 	s := redis7(t)
 	c := client(t, s.Addr())
 	wrapped := &failFirstDo{Client: c}
@@ -67,7 +68,7 @@ func TestAttackTransientProbeErrorMeansPlainForever(t *testing.T) {
 }
 
 // Control of the above: without the probe's error the notice comes.
-func TestAttackProbeControl(t *testing.T) {
+func TestANoticeComesAfterASuccessfulProbe(t *testing.T) {
 	s := redis7(t)
 	c := client(t, s.Addr())
 	var got heard
@@ -81,10 +82,11 @@ func TestAttackProbeControl(t *testing.T) {
 
 // A real Redis 7 busy with a long script while a key is first listened:
 // the probe (SPUBLISH) gets -BUSY, and the subscription that follows is
-// refused with -BUSY too; the reader takes the refusal as final (sent
-// stays set), so the key is never subscribed on this connection, even
-// long after the script ended.
-func TestAttackBusyScriptWhileListeningDeafensTheKey(t *testing.T) {
+// refused with -BUSY too; once the script ended the key is subscribed and
+// its release heard. (The reader once took the refusal as final, sent
+// stayed set, and the key was never subscribed on this connection, even
+// long after the script ended.)
+func TestAKeyListenedDuringABusyScriptIsSubscribedOnceItEnds(t *testing.T) {
 	s := redis7(t)
 	c := client(t, s.Addr())
 	admin := client(t, s.Addr())

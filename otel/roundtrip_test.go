@@ -20,7 +20,7 @@ import (
 	"github.com/redlock/redlock/redlock"
 )
 
-func attack3Observer(t *testing.T) (*redlockotel.Observer, *sdkmetric.ManualReader) {
+func observerWithReader(t *testing.T) (*redlockotel.Observer, *sdkmetric.ManualReader) {
 	t.Helper()
 	reader := sdkmetric.NewManualReader()
 	o, err := redlockotel.New(redlockotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
@@ -29,7 +29,7 @@ func attack3Observer(t *testing.T) (*redlockotel.Observer, *sdkmetric.ManualRead
 	return o, reader
 }
 
-func attack3DB(t *testing.T, reader *sdkmetric.ManualReader) (metricdata.Metrics, bool) {
+func operationDurations(t *testing.T, reader *sdkmetric.ManualReader) (metricdata.Metrics, bool) {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(context.Background(), &rm))
@@ -43,13 +43,12 @@ func attack3DB(t *testing.T, reader *sdkmetric.ManualReader) (metricdata.Metrics
 	return metricdata.Metrics{}, false
 }
 
-// Invariant 5 (passes): round trips observed from many goroutines at once,
-// past maxQueued (so that some are recorded on the observing goroutine,
-// beside the drain), with Flush called concurrently, and odd input: every
-// one is recorded, none panics (a recovered panic would show as a missing
-// point), no race.
-func TestAttack3ConcurrentOddRoundTrips(t *testing.T) {
-	o, reader := attack3Observer(t)
+// Round trips observed from many goroutines at once, past maxQueued (so
+// that some are recorded on the observing goroutine, beside the drain),
+// with Flush called concurrently, and odd input: every one is recorded,
+// none panics (a recovered panic would show as a missing point), no race.
+func TestEveryConcurrentOddRoundTripIsRecorded(t *testing.T) {
+	o, reader := observerWithReader(t)
 	odd := []redlock.RoundTrip{
 		{Node: -1, Name: "node -1", Command: "set", Commands: 1},
 		{Node: 1 << 40, Name: "node huge (127.0.0.9:1)", Command: "evalsha", Commands: 1},
@@ -93,20 +92,20 @@ func TestAttack3ConcurrentOddRoundTrips(t *testing.T) {
 	close(stop)
 	flushes.Wait()
 	o.Flush()
-	db, ok := attack3DB(t, reader)
+	db, ok := operationDurations(t, reader)
 	require.True(t, ok)
 	assert.EqualValues(t, goroutines*each, histogramCount(t, db), "a point per round trip")
 }
 
-// Invariant 5 / odd input: an Event with no Op (the zero Event, or one a
-// wrapper forwards unfilled) is taken for a round trip (pending's
-// discriminator is e.Op == 0): it is recorded as a db.client.operation.duration
-// call of a node named "" that never was.
-func TestAttack3ZeroEventIsNotARoundTrip(t *testing.T) {
-	o, reader := attack3Observer(t)
+// Odd input: an Event with no Op (the zero Event, or one a wrapper forwards
+// unfilled) is an event, not a round trip: it must not be recorded as a
+// db.client.operation.duration call of a node named "" that never was (as
+// it was while pending told the two apart by e.Op == 0).
+func TestAZeroEventIsNotRecordedAsARoundTrip(t *testing.T) {
+	o, reader := observerWithReader(t)
 	o.Observe(redlock.Event{Key: "k", Duration: time.Millisecond})
 	o.Flush()
-	db, ok := attack3DB(t, reader)
+	db, ok := operationDurations(t, reader)
 	if ok {
 		assert.Zero(t, histogramCount(t, db), "an Event recorded as a database call")
 	}

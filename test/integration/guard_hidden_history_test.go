@@ -1,10 +1,11 @@
 package integration
 
-// Flows found by an adversarial review of the failover rule and the
-// eviction watch, each of which granted a held lock a second time before
-// examine.lua was fixed for it (the doc comments say what the guard did
-// then). Each has a control subtest that differs by one step and was
-// refused all along.
+// Flows that hide a node's history from the guard's failover rule and
+// eviction watch (statistics reset, a promoted replica restarted from its
+// AOF, a replication ID renamed by a master's first replica). Each granted
+// a held lock a second time before examine.lua was fixed for it (the doc
+// comments say what the guard did then). Each has a control subtest that
+// differs by one step and was refused all along.
 
 import (
 	"context"
@@ -39,7 +40,7 @@ func TestResetStatDoesNotHideAFailover(t *testing.T) {
 	for _, reset := range []bool{false, true} {
 		t.Run(map[bool]string{false: "control", true: "RESETSTAT"}[reset], func(t *testing.T) {
 			ctx := t.Context()
-			const key = "it:attack-resetstat-failover"
+			const key = "it:hidden-resetstat-failover"
 			bin := procs.Binary(t, harness.SuiteServer(), "server")
 			port, err := procs.FreePort()
 			require.NoError(t, err)
@@ -87,7 +88,7 @@ func TestResetStatDoesNotHideEvictions(t *testing.T) {
 	for _, reset := range []bool{false, true} {
 		t.Run(map[bool]string{false: "control", true: "RESETSTAT"}[reset], func(t *testing.T) {
 			ctx := t.Context()
-			const key = "it:attack-resetstat-evict"
+			const key = "it:hidden-resetstat-evict"
 			s := startSnapshotServer(t, "--maxmemory-policy", "volatile-ttl")
 			admin := s.Admin()
 			used := infoInt(t, admin, "memory", "used_memory")
@@ -148,7 +149,7 @@ func TestPromotedReplicaRestartedFromAOFIsQuarantined(t *testing.T) {
 	for _, restart := range []bool{false, true} {
 		t.Run(map[bool]string{false: "control", true: "restarted"}[restart], func(t *testing.T) {
 			ctx := t.Context()
-			const key = "it:attack-aof-promoted"
+			const key = "it:hidden-aof-promoted"
 			bin := procs.Binary(t, harness.SuiteServer(), "server")
 			port, err := procs.FreePort()
 			require.NoError(t, err)
@@ -212,18 +213,19 @@ func TestPromotedReplicaRestartedFromAOFIsQuarantined(t *testing.T) {
 //
 //   - retrusted control: TrustNodes again after the replica attached (the
 //     marker then names the current history): quarantined all along.
-//   - stale replid: the guard let the promoted replica in at once (first
-//     review), and the held lock was granted again.
+//   - stale replid: the guard let the promoted replica in at once (before
+//     the first fix), and the held lock was granted again.
 //   - stale replid, migrated in: the same, after another slot migrated into
 //     the master: its RESTORE-ASKING is replicated, so the promoted replica's
 //     own commandstats named cmdstat_restore-asking, which the guard took
-//     for proof of a migration (second review). Now a slot marker counts as
-//     a migration's only while CLUSTER NODES shows its node as a live master.
+//     for proof of a migration (before the second fix). Now a slot marker
+//     counts as a migration's only while CLUSTER NODES shows its node as a
+//     live master.
 func TestClusterFailoverIsNotTakenForAMigration(t *testing.T) {
 	for _, mode := range []string{"retrusted control", "stale replid", "stale replid, migrated in"} {
 		t.Run(mode, func(t *testing.T) {
 			ctx := t.Context()
-			const key = "it:attack-cluster-replid"
+			const key = "it:hidden-cluster-replid"
 			cluster := procs.StartCluster(t, harness.SuiteServer(), 3, 0)
 			slot, err := cluster.Nodes[0].Client.ClusterKeySlot(ctx, key).Result()
 			require.NoError(t, err)
@@ -273,7 +275,7 @@ func TestClusterFailoverIsNotTakenForAMigration(t *testing.T) {
 				// another master into the lock key's master.
 				var other string
 				for i := 0; ; i++ {
-					other = "it:attack-other-" + strconv.Itoa(i)
+					other = "it:hidden-other-" + strconv.Itoa(i)
 					m, err := cc.MasterForKey(ctx, other)
 					require.NoError(t, err)
 					if a := m.Options().Addr; a != master.Addr && a != link.Addr() {

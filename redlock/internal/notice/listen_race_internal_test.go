@@ -1,8 +1,10 @@
 package notice
 
-// Internal views of the two failures of notice_attack_test.go and
-// confirm_attack_test.go: what node and conn hold when a live Listener
-// stays unconfirmed.
+// Internal views of a live Listener's subscription under two races: a
+// Listen against the key's last Stop (as in
+// TestAListenRacingTheLastStopStaysSubscribed), and a new channel's
+// confirmation against conn.step. They say what node and conn hold if the
+// Listener stays unconfirmed.
 
 import (
 	"strconv"
@@ -16,19 +18,21 @@ import (
 	"github.com/redlock/redlock/internal/redistest"
 )
 
-func attackHub(t *testing.T) (*Hub, *miniredis.Miniredis) {
+func miniredisHub(t *testing.T) (*Hub, *miniredis.Miniredis) {
 	m := redistest.Miniredis(t)
 	c := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
 	return New([]Source{Subscribable(c)}, func(string, Turn) {}, Options{Timeout: time.Second}), m
 }
 
-// The last Stop's node.remove runs after a new first Listen's node.add:
-// the new Listener's channel is wanted nowhere (node.byChan has no entry),
-// though the Hub counts it listened (refs 1). Every later Listener of the
-// key, while any is held, shares that non-subscription.
-func TestAttackStateOrphanedListener(t *testing.T) {
-	h, _ := attackHub(t)
+// A new first Listen racing the last Stop: the new Listener's channel
+// stays wanted on the node (node.byChan has its entry) while the Hub
+// counts it listened. (The last Stop's node.remove once ran after the new
+// Listen's node.add: the channel was wanted nowhere though the Hub counted
+// it listened, refs 1, and every later Listener of the key, while any was
+// held, shared that non-subscription.)
+func TestAListenRacingTheLastStopKeepsItsChannelWanted(t *testing.T) {
+	h, _ := miniredisHub(t)
 	deadline := time.Now().Add(20 * time.Second)
 	for i := 0; time.Now().Before(deadline); i++ {
 		old := h.Listen("k")
@@ -65,11 +69,12 @@ func TestAttackStateOrphanedListener(t *testing.T) {
 	}
 }
 
-// A new channel's confirmation reaches the reader before conn.step marks
-// it sent: want and sent are true, the server has the subscription, and
-// confirmed stays false for as long as the connection lives.
-func TestAttackStateConfirmationDropped(t *testing.T) {
-	h, m := attackHub(t)
+// A new channel's confirmation that reaches the reader before conn.step
+// marks it sent still confirms it. (It was once dropped: want and sent
+// were true, the server had the subscription, and confirmed stayed false
+// for as long as the connection lived.)
+func TestAConfirmationBeforeTheChannelIsMarkedSentIsKept(t *testing.T) {
+	h, m := miniredisHub(t)
 	deadline := time.Now().Add(20 * time.Second)
 	for i := 0; time.Now().Before(deadline); i++ {
 		l := h.Listen("key" + strconv.Itoa(i))

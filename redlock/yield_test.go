@@ -24,7 +24,7 @@ func isSet(args []any) bool {
 // yields, and stops waiting for node 2; the loss is still contention
 // (ErrNotObtained), as Lock and QuorumError document, not a node that did
 // not reply, as an outage would read. Control: the same, with node 2
-// answering at once. (From an attack review: it read as an outage.)
+// answering at once. (It once read as an outage.)
 func TestAYieldedLockUnderContentionStillSaysNotObtained(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -74,10 +74,10 @@ func TestAYieldedLockUnderContentionStillSaysNotObtained(t *testing.T) {
 // (a crashed client's minority grant, or this Locker's own release that
 // did not reach node 1) and node 2 slower than three times node 1's reply
 // (a remote node, a WAIT): every attempt of Lock yields at node 1's Taken
-// and never waits for node 2, so Lock cannot win while the stale value
-// lives (up to MaxTTL), though TryLock wins at once (control). (From an
-// attack review.) Now each attempt that yielded makes the next wait four
-// times as long: Lock wins within a few attempts, though node 2's queue
+// and never waits for node 2, so Lock once could not win while the stale
+// value lived (up to MaxTTL), though TryLock wins at once (control). Now
+// each attempt that yielded makes the next wait four times as long: Lock
+// wins within a few attempts, though node 2's queue
 // grows by its latency at each (an acquisition waits there for the last
 // one's release: the transport keeps a key's commands in order).
 func TestALockCanWinAKeyFreeOnAMajorityWithOneStaleNodeAndOneSlowNode(t *testing.T) {
@@ -123,10 +123,9 @@ func TestALockCanWinAKeyFreeOnAMajorityWithOneStaleNodeAndOneSlowNode(t *testing
 // node 1 (a timeout there; Unlock still succeeds, on nodes 0 and 2) leaves
 // the lease's value on node 1 until its TTL, and the client's next Lock of
 // the key yields at node 1's Taken on every attempt while node 2 is slow:
-// a client could not take again a lock it had just released, though the
-// key is free on a majority (from an attack review); its attempts now
-// wait longer each time they yield, and one wins. Control: TryLock takes
-// it.
+// a client once could not take again a lock it had just released, though
+// the key is free on a majority; its attempts now wait longer each time
+// they yield, and one wins. Control: TryLock takes it.
 func TestALockAfterAnUnlockThatMissedANodeWins(t *testing.T) {
 	const slow = 200 * time.Millisecond
 	c := newCluster(t, 3)

@@ -1,5 +1,6 @@
-// Tests written by a review that attacked the queue (otel/queue.go) in a
-// copy of the tree; both failed before recordRecovering.
+// A provider's panic while the queue (otel/queue.go) records: recovered,
+// in the drain and in Flush alike, and nothing dropped. Both failed before
+// recordRecovering.
 
 package redlockotel
 
@@ -20,8 +21,8 @@ import (
 // process until recordRecovering. Run in a child process, which must live
 // and record a later event without Flush (the queue disarmed after the
 // panicking drain).
-func TestAttackProviderPanicInDrainKillsProcess(t *testing.T) {
-	if os.Getenv("ATTACK_CHILD") == "1" {
+func TestAProviderPanicInTheDrainIsRecovered(t *testing.T) {
+	if os.Getenv("PROVIDER_PANIC_CHILD") == "1" {
 		p, panicked := panicFirstSpan()
 		o := observerOn(t, nil, p)
 		o.Observe(plainAcquire) // its drain (the timer's) panics in the provider
@@ -39,8 +40,8 @@ func TestAttackProviderPanicInDrainKillsProcess(t *testing.T) {
 		}
 		os.Exit(0)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestAttackProviderPanicInDrainKillsProcess$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "ATTACK_CHILD=1")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAProviderPanicInTheDrainIsRecovered$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "PROVIDER_PANIC_CHILD=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		n := len(out)
@@ -55,7 +56,7 @@ func TestAttackProviderPanicInDrainKillsProcess(t *testing.T) {
 // of the batch Flush had taken from the queue was never recorded ("Nothing
 // is dropped"), until recordRecovering. The queue is armed as a pending timer would
 // leave it (deterministic: no drain races with Flush for the batch).
-func TestAttackProviderPanicInFlushDropsRestOfBatch(t *testing.T) {
+func TestAProviderPanicInFlushLeavesTheRestOfTheBatchRecorded(t *testing.T) {
 	p, _ := panicFirstSpan()
 	reader := sdkmetric.NewManualReader()
 	o := observerOn(t, reader, p)
