@@ -65,7 +65,7 @@ func (g *goexitTrips) ObserveRoundTrip(t redlock.RoundTrip) {
 // batch's replies are delivered, its keys let go, and a new sender sends
 // what is queued (the release behind it, later locks). Once the replies
 // were never delivered, the release never sent, and Drain hung.
-func TestGoexitInRoundTripObserverStrandsThePipeline(t *testing.T) {
+func TestGoexitInRoundTripObserverDoesNotStrandThePipeline(t *testing.T) {
 	c := newCluster(t, 3)
 	obs := &goexitTrips{}
 	l, err := redlock.New(c.nodes(nil), &redlock.Options{Observer: obs, NodeTimeout: 200 * time.Millisecond})
