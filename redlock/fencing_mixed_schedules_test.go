@@ -470,6 +470,7 @@ func mixedBudget() (runs, parallel int, scale time.Duration) {
 // lost on one node, over both transports, with the fast path (the
 // library's choice) and with phase 2 always.
 func TestMixedSingleAndMultiKeyTokensKeepOrder(t *testing.T) {
+	choosesItsTransports(t)
 	runs, parallel, scale := mixedBudget()
 	c := mixedCluster(t)
 	for name, worker := range mixTransports(t, c) {
@@ -490,6 +491,7 @@ func TestMixedSingleAndMultiKeyTokensKeepOrder(t *testing.T) {
 // The control: the same mixed schedules with phase 2 removed (the maximum
 // of the phase-1 counters alone) break Order, so the harness can see it.
 func TestMixedSchedulesWithoutPhaseTwoBreakOrder(t *testing.T) {
+	choosesItsTransports(t)
 	runs, parallel, scale := 200, 4, time.Duration(1)
 	if raceEnabled {
 		runs, parallel, scale = 40, 8, 8
@@ -508,6 +510,7 @@ func TestMixedSchedulesWithoutPhaseTwoBreakOrder(t *testing.T) {
 // replies lost after the node applied them, over both transports; and
 // once all is unlocked and drained, no node keeps a key.
 func TestMixedSingleAndMultiKeyLeasesExclude(t *testing.T) {
+	choosesItsTransports(t)
 	runs, parallel, scale := mixedBudget()
 	c := mixedCluster(t)
 	for name, worker := range mixTransports(t, c) {

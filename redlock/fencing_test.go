@@ -260,6 +260,7 @@ func isPhase2Script(keys []string, argv []any) bool {
 // (faults injected per call by a wrapping Node) and the auto-pipeline
 // (faults injected per batch by a go-redis hook).
 func TestFencingOrderUnderRandomSchedules(t *testing.T) {
+	choosesItsTransports(t)
 	runs, parallel, scale := 2000, 6, time.Duration(1)
 	switch {
 	case raceEnabled: // scripts/test.sh also runs the full set without -race
@@ -319,6 +320,7 @@ func hookedClients(t *testing.T, servers []*miniredis.Miniredis, hook func(*mini
 // break Order, where counters stand apart; with the fast path (phase 2
 // only where the counters that granted disagree) they do not.
 func TestFencingWithoutPhaseTwoBreaksOrder(t *testing.T) {
+	choosesItsTransports(t)
 	runs, parallel, scale := 200, 4, time.Duration(1)
 	if raceEnabled {
 		runs, parallel, scale = 60, 8, 8

@@ -306,3 +306,14 @@ func valueOf(t *testing.T, h *hookNode) string {
 	}
 	return sets[len(sets)-1][2].(string)
 }
+
+// choosesItsTransports skips t in a run that sets REDLOCK_TEST_TRANSPORT
+// (scripts/test.sh's run over the direct transport): t builds its Lockers
+// over both transports itself, so that run would only repeat it, at the
+// cost of minutes of the race detector's time.
+func choosesItsTransports(t *testing.T) {
+	t.Helper()
+	if v := os.Getenv("REDLOCK_TEST_TRANSPORT"); v != "" {
+		t.Skipf("REDLOCK_TEST_TRANSPORT=%s: this test runs both transports itself, in the run without it", v)
+	}
+}

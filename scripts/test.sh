@@ -105,9 +105,11 @@ fi
 # runs go side by side: the coordinator's tests wait on TTLs and networks
 # far more than they compute (one run keeps this machine 40% busy).
 stage "unit and in-process tests, go test -race ./..., beside the coordinator's over its direct transport in Go's FIPS 140-3 only mode: REDLOCK_TEST_TRANSPORT=direct GODEBUG=fips140=only go test -race ./redlock/... ./fence/"
-gotest unit . -race -count=1 ./... &
+# Each run has its share of the loopback ports for the servers it starts
+# (internal/ports).
+REDLOCK_TEST_PORT_SLOT=1/2 gotest unit . -race -count=1 ./... &
 unit_pid=$!
-REDLOCK_TEST_TRANSPORT=direct GODEBUG=fips140=only gotest direct-fips . -race -count=1 ./redlock/... ./fence/ &
+REDLOCK_TEST_PORT_SLOT=2/2 REDLOCK_TEST_TRANSPORT=direct GODEBUG=fips140=only gotest direct-fips . -race -count=1 ./redlock/... ./fence/ &
 fips_pid=$!
 unit_ok=0 fips_ok=0
 wait "$unit_pid" || unit_ok=$?
@@ -116,10 +118,6 @@ if [ "$unit_ok" != 0 ] || [ "$fips_ok" != 0 ]; then
 	echo "== FAILED: $([ "$unit_ok" != 0 ] && echo "the unit tests ")$([ "$fips_ok" != 0 ] && echo "the direct transport's run in FIPS-only mode")"
 	exit 1
 fi
-stage "the benchmark CLI: go test -race -tags etcd,otel ./cmd/redlock-bench/ (its own module; etcd members as child processes)"
-gotest bench-cli cmd/redlock-bench -race -count=1 -tags etcd,otel ./...
-stage "the OpenTelemetry adapter: go test -race ./otel/ (its own module; in-memory SDK readers)"
-gotest otel otel -race -count=1 ./...
 stage "fencing schedules, full set without the race detector's slowdown"
 sched=$(mktemp)
 if ! go test -count=1 -run 'TestFencingOrderUnderRandomSchedules' -v ./redlock/ >"$sched" 2>&1; then
@@ -142,25 +140,18 @@ if ! (cd cmd/redlock-chaos && REDLOCK_CHAOS_ARTIFACTS=$sim_artifacts go test -co
 fi
 grep -v -E 'pool.go|^=== |--- PASS|^\s*$' "$sim"; mv "$sim" "$test_logs/simulation.log"
 
+cli_tests=(-race -count=1 -tags etcd,otel ./...) # the CLI's module; etcd members as child processes
+otel_tests=(-race -count=1 ./...)                 # the adapter's module; in-memory SDK readers
 if [ "${REDLOCK_SKIP_INTEGRATION:-}" = 1 ]; then
+	stage "the benchmark CLI: go test ${cli_tests[*]} in cmd/redlock-bench"
+	gotest bench-cli cmd/redlock-bench "${cli_tests[@]}"
+	stage "the OpenTelemetry adapter: go test ${otel_tests[*]} in otel"
+	gotest otel otel "${otel_tests[@]}"
 	stage "the chaos referee's own tests (no servers): go test -race ./cmd/redlock-chaos/ -skip TestShortChaosRuns"
 	gotest chaos-referee cmd/redlock-chaos -race -count=1 -skip TestShortChaosRuns ./...
 	echo "== SKIPPED the integration tests and the chaos runs (REDLOCK_SKIP_INTEGRATION=1)"
 	exit 0
 fi
-# Seeded chaos runs on redis-server processes, in the safe configuration
-# (no violation allowed) and the unsafe one (the control: it must see some).
-stage "chaos runs: go test -race ./cmd/redlock-chaos/ (a safe and an unsafe 60 s run)"
-chaos=$(mktemp)
-# The runs' timelines (SVG) and porcupine's visualisation of the unsafe run's
-# history stay here after the run: CI's artefacts.
-artifacts=${REDLOCK_CHAOS_ARTIFACTS:-${TMPDIR:-/tmp}/redlock-chaos-artifacts}
-rm -rf "$artifacts"
-echo "chaos artefacts (timelines, porcupine's history): $artifacts"
-if ! (cd cmd/redlock-chaos && REDLOCK_CHAOS_ARTIFACTS=$artifacts go test -race -count=1 -v ./...) >"$chaos" 2>&1; then
-	grep -v 'pool.go' "$chaos"; mv "$chaos" "$test_logs/chaos.log"; exit 1
-fi
-grep -E '^(--- |\s+--- |ok)|(seed [0-9]+, |leases granted|overlapping|stale accesses|increments lost|keys left|linearizable|trials|^\s+(freeze|kill|outage|amnesia|snapshot|rollback|partition|blackhole|latency|scriptflush|flush|evict|pressure|clockjump|failover|pause) +[0-9])' "$chaos"; mv "$chaos" "$test_logs/chaos.log"
 # The whole suite on Redis 7.0, Redis 8.0 and Valkey 9.1, over the
 # auto-pipeline. The rolling upgrade starts its own mix of servers, so it
 # runs once (on 7.0); Valkey 9's atomic slot migration starts Valkey 9.1
@@ -180,13 +171,17 @@ grep -E '^(--- |\s+--- |ok)|(seed [0-9]+, |leases granted|overlapping|stale acce
 transport_subset='TestAcquireExtendRelease|TestMutualExclusionUnderContention|TestNodesDown|TestFrozenNodeDoesNotSlowCycles|TestLateRepliesLeaveNoKeys|TestScriptCacheLoss|TestCancelMidAcquireWithFrozenNodes|TestNodeRestartWhileHeld|TestPartitionAndKeyLoss|TestPausedHolderIsFencedOff|TestFencingDurability|TestDoCancelsWorkWhenNodesFreeze|TestNodeGuardOnRealServers|TestNodeGuardUnderLoad|TestGuardSeesANewProcessBehindEveryNodeKind|TestFailoverWithWaitReplicas|TestWaitAOF|TestMultiKeyContentionNeverDeadlocksNorOverlaps|TestResumedLeaseIsExtendedAndReleasedElsewhere|TestWaitersWakeAcrossLockers|TestKilledSubscriberFallsBackToPollingAndRecovers|TestTLSNodes|TestFirstLockOnTLSNodesBehindLatency'
 server_subset='TestAcquireExtendRelease|TestScriptCacheLoss|TestNodeRestartWhileHeld|TestEveryScriptDeclaresItsKeysOnRealServers|TestNodeGuardOnRealServers|TestGuardSeesANewProcessBehindEveryNodeKind|TestFailedExaminationDoesNotVouchForANewProcess|TestEvictedMarkerQuarantinesTheNode|TestEvictionThatSparesTheMarkerQuarantinesTheNode|TestSnapshotRestartOfAReplicatedPrimaryIsQuarantined|TestFailoverWithWaitReplicas|TestWaitAOF|TestLeastPrivilegeACL|TestACLMissingOnePermission|TestACLWakeUps|TestTLSNodes|TestClusterAsOneNode|TestClusterSlotMigration|TestFencingDurability|TestPausedHolderIsFencedOff|TestDemotedPrimaryIsLeft'
 once_on_9='TestClusterAtomicSlotMigration|TestAtomicSlotMoveMovesTheSlotAndItsKeys|TestClusterSlotHandedOverWithoutItsKeys'
-# The runs go side by side, in $lanes lanes (REDLOCK_TEST_LANES, default 3),
-# each lane taking every lanes-th run of this list in turn: a run waits on its
-# servers far more than it computes (one whole run keeps this machine about a
-# quarter busy), and each lane has its own share of the loopback ports
-# (test/integration/ports), so runs never pick the same port. The longest
-# runs come first, so that the lanes end close together.
-runs="redis:7.0/auto-pipeline/all redis:8.0/auto-pipeline/all valkey:9.1/auto-pipeline/all valkey:8.1/auto-pipeline/server-subset redis:7.0/direct/transport-subset"
+# The runs go side by side with the other suites that wait on servers far
+# more than they compute: the chaos runs (seeded faults on redis-server
+# processes, a safe and an unsafe 60 s run), the benchmark CLI's tests and
+# the OpenTelemetry adapter's. They take turns in $lanes lanes
+# (REDLOCK_TEST_LANES, default 3): a lane that finishes a job takes the
+# next of the list, longest first so that the lanes end close together
+# (one whole integration run keeps this machine about a quarter busy).
+# Each lane has its own share of the loopback ports (internal/ports), so
+# that jobs side by side never pick the same port.
+runs="redis:7.0/auto-pipeline/all redis:8.0/auto-pipeline/all valkey:9.1/auto-pipeline/all redis:7.0/direct/transport-subset valkey:8.1/auto-pipeline/server-subset"
+jobs="$runs chaos bench-cli otel"
 lanes=${REDLOCK_TEST_LANES:-3}
 # names_of prints the test names a run selects (empty for all).
 names_of() {
@@ -195,51 +190,92 @@ names_of() {
 	server-subset) echo "$server_subset" ;;
 	esac
 }
-# integration runs one run (server/transport/tests) into its log in
-# $test_logs; the log's last line says how it ended.
-integration() {
-	local server transport tests names log
-	IFS=/ read -r server transport tests <<<"$1"
-	names=$(names_of "$tests")
-	log="$test_logs/integration-${server/:/-}-$transport-$tests.log"
-	local select=()
-	if [ -n "$names" ]; then
-		select=(-run "^($names)\$")
-	else
-		local skip=$once_on_9
-		[ "$server" = valkey:9.1 ] && skip=
-		[ "$server" != redis:7.0 ] && skip=${skip:+$skip|}TestRollingUpgrade
-		[ -n "$skip" ] && select=(-skip "^($skip)\$")
-	fi
-	local start=$SECONDS
-	echo "   start: $server, $transport transport, $tests: go test -race ./test/integration/... ${select[*]} (lane $2 of $lanes)"
-	if (cd test/integration && REDLOCK_TEST_SERVER=$server REDLOCK_TEST_TRANSPORT=$transport REDLOCK_TEST_PORT_SLOT=$2/$lanes \
-		go test -race -count=1 -v -timeout 20m "${select[@]}" ./...) >"$log" 2>&1; then
+# log_of prints the log a job writes (each run's, and the other suites').
+log_of() {
+	local server transport tests
+	case "$1" in
+	*/*)
+		IFS=/ read -r server transport tests <<<"$1"
+		echo "$test_logs/integration-${server/:/-}-$transport-$tests.log"
+		;;
+	*) echo "$test_logs/$1.log" ;;
+	esac
+}
+# run_job runs one job in lane $2 into its log; the log's last line says
+# how it ended.
+run_job() {
+	local job=$1 lane=$2 log server transport tests names start=$SECONDS
+	log=$(log_of "$job")
+	local dir cmd=()
+	case "$job" in
+	*/*)
+		IFS=/ read -r server transport tests <<<"$job"
+		names=$(names_of "$tests")
+		local select=()
+		if [ -n "$names" ]; then
+			select=(-run "^($names)\$")
+		else
+			local skip=$once_on_9
+			[ "$server" = valkey:9.1 ] && skip=
+			[ "$server" != redis:7.0 ] && skip=${skip:+$skip|}TestRollingUpgrade
+			[ -n "$skip" ] && select=(-skip "^($skip)\$")
+		fi
+		dir=test/integration
+		cmd=(env REDLOCK_TEST_SERVER="$server" REDLOCK_TEST_TRANSPORT="$transport" go test -race -count=1 -v -timeout 20m "${select[@]}" ./...)
+		;;
+	chaos) dir=cmd/redlock-chaos cmd=(env REDLOCK_CHAOS_ARTIFACTS="$artifacts" go test -race -count=1 -v ./...) ;;
+	bench-cli) dir=cmd/redlock-bench cmd=(go test -v "${cli_tests[@]}") ;;
+	otel) dir=otel cmd=(go test -v "${otel_tests[@]}") ;;
+	esac
+	echo "   start: $job: ${cmd[*]} in $dir (lane $lane of $lanes)"
+	if (cd "$dir" && REDLOCK_TEST_PORT_SLOT=$lane/$lanes "${cmd[@]}") >"$log" 2>&1; then
 		echo "== run ended: ok in $((SECONDS - start))s" >>"$log"
 	else
 		echo "== run ended: FAILED in $((SECONDS - start))s" >>"$log"
 	fi
-	echo "   end: $server, $transport transport, $tests: $(tail -n 1 "$log" | sed 's/^== run ended: //')"
+	echo "   end: $job: $(tail -n 1 "$log" | sed 's/^== run ended: //')"
 }
-stage "integration tests on every server and transport, $lanes runs side by side"
+# The chaos runs' timelines (SVG) and porcupine's visualisation of the
+# unsafe run's history stay here after the run: CI's artefacts.
+artifacts=${REDLOCK_CHAOS_ARTIFACTS:-${TMPDIR:-/tmp}/redlock-chaos-artifacts}
+rm -rf "$artifacts"
+stage "integration tests on every server and transport, the chaos runs, the CLI's and the OpenTelemetry adapter's tests: $lanes side by side"
+echo "chaos artefacts (timelines, porcupine's history): $artifacts"
+queue="$test_logs/queue"
+printf '%s\n' $jobs >"$queue"
+# take prints the next job of the queue and removes it, one lane at a time.
+take() {
+	flock "$queue.lock" bash -c 'head -n 1 "$1"; sed -i 1d "$1"' _ "$queue"
+}
 pids=()
 for lane in $(seq 1 "$lanes"); do
 	(
-		i=0
-		for run in $runs; do
-			i=$((i + 1))
-			[ $(((i - 1) % lanes + 1)) -eq "$lane" ] && integration "$run" "$lane"
+		while job=$(take) && [ -n "$job" ]; do
+			run_job "$job" "$lane"
 		done
-		true
 	) &
 	pids+=($!)
 done
 wait "${pids[@]}"
+# Each job's report, in the list's order; the first failure ends the script.
+for job in chaos bench-cli otel; do
+	log=$(log_of "$job")
+	echo "== $job: $(tail -n 1 "$log" | sed 's/^== run ended: //')"
+	if ! tail -n 1 "$log" | grep -q '^== run ended: ok'; then
+		grep -v -E 'pool.go|^=== ' "$log"
+		echo "== $job FAILED"
+		exit 1
+	fi
+	case "$job" in
+	chaos) grep -E '^(--- |\s+--- |ok)|(seed [0-9]+, |leases granted|overlapping|stale accesses|increments lost|keys left|linearizable|trials|^\s+(freeze|kill|outage|amnesia|snapshot|rollback|partition|blackhole|latency|scriptflush|flush|evict|pressure|clockjump|failover|pause) +[0-9])' "$log" || true ;;
+	*) grep -E '^(ok|FAIL|--- FAIL)' "$log" || true ;;
+	esac
+done
 # Each run's report, in the list's order; the first failure ends the script.
 for run in $runs; do
 	IFS=/ read -r server transport tests <<<"$run"
 	names=$(names_of "$tests")
-	log="$test_logs/integration-${server/:/-}-$transport-$tests.log"
+	log=$(log_of "$run")
 	echo "== integration tests ($tests) on $server, $transport transport: $(tail -n 1 "$log" | sed 's/^== run ended: //')"
 	if ! tail -n 1 "$log" | grep -q '^== run ended: ok'; then
 		grep -v -E 'pool.go|^=== (PAUSE|CONT)' "$log"

@@ -155,7 +155,7 @@ func TestWrongArrowsAreReported(t *testing.T) {
 		{"redlock/internal/reply", "redlock/internal/wire"},
 		{"drift", goRedis},
 		{"redlock", "cmd/redlock-bench"},
-		{"internal/faultnet", "test/integration/ports"},      // the library's support knows no test suite
+		{"internal/faultnet", "test/integration/procs"},      // the library's support knows no test suite
 		{"cmd/redlock-bench", "test/integration/harness"},    // nor does a command
 		{"test/integration", "cmd/redlock-chaos/internal/x"}, // nor a suite another tree
 	} {
@@ -171,7 +171,7 @@ func TestWrongArrowsAreReported(t *testing.T) {
 	if got := violations([]pkg{{ImportPath: module + "/redlock/internal/guard", Imports: []string{module + "/redlock/internal/wire", "context"}}}); len(got) != 0 {
 		t.Errorf("an allowed arrow was reported: %v", got)
 	}
-	if got := violations([]pkg{{ImportPath: module + "/test/integration/harness", Imports: []string{module + "/test/integration/ports"}}}); len(got) != 0 {
+	if got := violations([]pkg{{ImportPath: module + "/test/integration/harness", Imports: []string{module + "/test/integration/procs"}}}); len(got) != 0 {
 		t.Errorf("a test suite's package importing its own helper was reported: %v", got)
 	}
 }

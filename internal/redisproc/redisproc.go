@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlock/redlock/internal/ports"
 )
 
 // Server is one server process, or the place for one between a crash and a
@@ -301,14 +303,44 @@ func Version(ctx context.Context, addr string) string {
 	return "redis " + fields["redis_version"]
 }
 
-// FreePort returns a loopback port that was free a moment ago.
+var (
+	portsMu   sync.Mutex
+	portsUsed = map[int]bool{}
+)
+
+// FreePort returns a loopback port that was free a moment ago: from
+// 15000-19999, below Linux's ephemeral range (32768-60999 by default),
+// where an outgoing connection of any process could take it between this
+// check and the server's bind, or while the server is down for a restart;
+// and away from the integration harness's ranges (10000-14999 for its
+// processes, 20000-32767 for its containers). Where test runs go side by
+// side, each has its share of it (internal/ports). Never the same port
+// twice in a process, so that a crashed server's port stays its own.
 func FreePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	lo, hi, err := ports.Range(15000, 20000)
 	if err != nil {
 		return 0, err
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	// Processes of one run start at different places in its share, so
+	// that they do not all try the same ports first.
+	start := lo + os.Getpid()%max(1, (hi-lo)/2)
+	for _, span := range [][2]int{{start, hi}, {lo, start}} {
+		for port := span[0]; port < span[1]; port++ {
+			if portsUsed[port] {
+				continue
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+			if err != nil {
+				continue
+			}
+			ln.Close()
+			portsUsed[port] = true
+			return port, nil
+		}
+	}
+	return 0, fmt.Errorf("redisproc: no free loopback port in %d-%d", lo, hi-1)
 }
 
 func lastLines(s string, n int) string {

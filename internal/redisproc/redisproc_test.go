@@ -2,7 +2,9 @@ package redisproc_test
 
 import (
 	"context"
+	"net"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -94,4 +96,40 @@ func TestPromoteOutlivesARestart(t *testing.T) {
 	replica.Kill()
 	require.NoError(t, replica.Restart(ctx))
 	assert.Equal(t, "master", role(), "restarted as a replica of its old primary")
+}
+
+// Ports come from 15000-19999 (below the ephemeral range, away from the
+// integration harness's), a run's share of it where REDLOCK_TEST_PORT_SLOT
+// names one, never the same twice in a process, and never one that is
+// taken.
+func TestFreePortsStayInTheRunsShare(t *testing.T) {
+	for _, c := range []struct {
+		slot   string
+		lo, hi int
+	}{{"", 15000, 20000}, {"2/4", 16250, 17500}} {
+		t.Run("slot "+c.slot, func(t *testing.T) {
+			t.Setenv("REDLOCK_TEST_PORT_SLOT", c.slot)
+			seen := map[int]bool{}
+			for range 20 {
+				port, err := redisproc.FreePort()
+				require.NoError(t, err)
+				assert.GreaterOrEqual(t, port, c.lo)
+				assert.Less(t, port, c.hi)
+				assert.False(t, seen[port], "port %d handed out twice", port)
+				seen[port] = true
+				// Taken now: the next call must pass it by.
+				ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+1))
+				if err == nil {
+					t.Cleanup(func() { ln.Close() })
+					next, err := redisproc.FreePort()
+					require.NoError(t, err)
+					assert.NotEqual(t, port+1, next, "a port in use was handed out")
+					seen[next] = true
+				}
+			}
+		})
+	}
+	t.Setenv("REDLOCK_TEST_PORT_SLOT", "5/4")
+	_, err := redisproc.FreePort()
+	assert.ErrorContains(t, err, "REDLOCK_TEST_PORT_SLOT", "a bad slot is refused by name")
 }

@@ -42,8 +42,8 @@ import (
 	"github.com/testcontainers/testcontainers-go/wait"
 
 	"github.com/redlock/redlock/internal/faultnet"
+	"github.com/redlock/redlock/internal/ports"
 	"github.com/redlock/redlock/redlock"
-	"github.com/redlock/redlock/test/integration/ports"
 )
 
 // Label marks every container the harness starts, so that a set-up script

@@ -28,7 +28,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlock/redlock/internal/faultnet"
-	"github.com/redlock/redlock/test/integration/ports"
+	"github.com/redlock/redlock/internal/ports"
 )
 
 // Binary returns the path of server's tool ("server", "sentinel" or "cli"),

@@ -1,8 +1,10 @@
-// Package ports gives each integration run on a machine its own share of
-// the loopback ports the harness hands out, so that runs side by side
-// (scripts/test.sh starts several at once) never pick the same port: a
-// port that was free when one run checked it could otherwise be taken by
-// the other before its server binds it, or while a node restarts on it.
+// Package ports gives each test run on a machine its own share of the
+// loopback ports that the integration harness (test/integration) and the
+// tools' server processes (internal/redisproc) hand out, so that runs
+// side by side (scripts/test.sh starts several at once) never pick the
+// same port: a port that was free when one run checked it could otherwise
+// be taken by the other before its server binds it, or while a node
+// restarts on it.
 package ports
 
 import (
