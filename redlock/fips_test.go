@@ -5,11 +5,13 @@ import (
 	"crypto/fips140"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -417,4 +419,46 @@ func TestANodeThatNamedAScriptTwoWaysIsTrustedWithNeither(t *testing.T) {
 		require.NotEmpty(t, lockKeys(c.servers[i]), "the control: honest node %d keeps the lease's key", i)
 	}
 	assert.NotEmpty(t, lockKeys(c.servers[0]), "node 0 ran the release script for a Check, by the digest it named first")
+}
+
+// In FIPS-only mode, a synctest bubble starves crypto/rand: each of its
+// generators is seeded from a CPU-jitter source timed with the time
+// package, which stands still in a bubble, so the first draw on a fresh
+// generator (after a GC emptied their pool) panics. A lock in a bubble
+// draws its value there: without inVirtualTime's seeded stream the child
+// crashes (the control), with it the lock is taken. Production code never
+// runs in a bubble; a user's own virtual-time tests in this mode need the
+// same seeded stream (docs/operations.md).
+func TestVirtualTimeStarvesFIPSEntropy(t *testing.T) {
+	const modeVar = "REDLOCK_TEST_BUBBLE_RANDOM"
+	if os.Getenv(modeVar) == "" {
+		for _, mode := range []string{"seeded", "plain"} {
+			ran, out, err := redistest.RunAlone(t, "GODEBUG=fips140=only", modeVar+"="+mode)
+			require.True(t, ran)
+			if mode == "seeded" {
+				require.NoError(t, err, out)
+				continue
+			}
+			require.Error(t, err, "the control: in a bubble, FIPS-only crypto/rand must starve\n%s", out)
+			assert.Contains(t, out, "failed to obtain initial entropy")
+		}
+		return
+	}
+	require.True(t, fips140.Enforced(), "the child runs in FIPS-only mode")
+	lockInABubble := func(t *testing.T) {
+		m, nodes, closeAll := newMemNet(3)
+		l, _, finish := stallLocker(t, m, nodes, closeAll, false)
+		defer finish()
+		for range 4 {
+			runtime.GC() // the generators' pool empties: the next draw seeds a new one
+		}
+		lease, err := l.TryLock(t.Context(), "k", time.Second)
+		require.NoError(t, err)
+		require.NoError(t, lease.Unlock(t.Context()))
+	}
+	if os.Getenv(modeVar) == "seeded" {
+		inVirtualTime(t, lockInABubble)
+	} else {
+		synctest.Test(t, lockInABubble)
+	}
 }

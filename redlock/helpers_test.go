@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/cryptotest"
+	"testing/synctest"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -316,4 +318,19 @@ func choosesItsTransports(t *testing.T) {
 	if v := os.Getenv("REDLOCK_TEST_TRANSPORT"); v != "" {
 		t.Skipf("REDLOCK_TEST_TRANSPORT=%s: this test runs both transports itself, in the run without it", v)
 	}
+}
+
+// inVirtualTime runs f in a synctest bubble, with crypto/rand drawing from
+// a seeded stream (cryptotest.SetGlobalRandom). Under Go's FIPS 140-3
+// "only" mode (the direct transport's run in scripts/test.sh), crypto/rand
+// seeds each of its generators from a CPU-jitter source timed with the
+// time package; in a bubble time stands still, the source fails its
+// health tests, and the first random draw on a fresh generator (the
+// Locker's owner value, the guard's nonce) panics with "fips140/drbg:
+// failed to obtain initial entropy" (TestVirtualTimeStarvesFIPSEntropy).
+// Not for parallel tests (SetGlobalRandom is process-wide).
+func inVirtualTime(t *testing.T, f func(t *testing.T)) {
+	t.Helper()
+	cryptotest.SetGlobalRandom(t, 1)
+	synctest.Test(t, f)
 }

@@ -7,7 +7,6 @@ import (
 	"math"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -68,7 +67,7 @@ func (n *takenNode) ScriptLoad(ctx context.Context, _ string) *redis.StringCmd {
 // between attempts, never spins, and stops when the context ends. Fake time
 // (synctest) makes the gaps exact.
 func TestLockRetryDelaysAreJittered(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inVirtualTime(t, func(t *testing.T) {
 		nodes := []*takenNode{{}, {}, {}}
 		l, err := redlock.New([]redlock.Node{nodes[0], nodes[1], nodes[2]}, &redlock.Options{
 			RetryDelay:  10 * time.Millisecond,
@@ -102,7 +101,7 @@ func TestLockRetryDelaysAreJittered(t *testing.T) {
 // A context that ends during the retry wait is reported even if the last
 // attempt failed for another reason.
 func TestLockGivesUpWithBothCauses(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	inVirtualTime(t, func(t *testing.T) {
 		l, err := redlock.New([]redlock.Node{&takenNode{}}, &redlock.Options{RetryDelay: time.Hour})
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancelCause(t.Context())

@@ -6,7 +6,6 @@ import (
 	"net"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -158,7 +157,7 @@ func TestClientStallDoesNotFailHealthyNodes(t *testing.T) {
 	const stall = 80 * time.Millisecond // past the 50 ms NodeTimeout
 	bothTransports(t, func(t *testing.T, direct bool) {
 		t.Run("acquire", func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			inVirtualTime(t, func(t *testing.T) {
 				m, nodes, closeAll := newMemNet(3)
 				l, events, finish := stallLocker(t, m, nodes, closeAll, direct)
 				defer finish()
@@ -174,7 +173,7 @@ func TestClientStallDoesNotFailHealthyNodes(t *testing.T) {
 			})
 		})
 		t.Run("extend", func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			inVirtualTime(t, func(t *testing.T) {
 				lease, events, finish := heldThenStalled(t, direct, stall)
 				defer finish()
 				require.NoError(t, lease.Extend(t.Context(), time.Second))
@@ -184,7 +183,7 @@ func TestClientStallDoesNotFailHealthyNodes(t *testing.T) {
 			})
 		})
 		t.Run("unlock", func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
+			inVirtualTime(t, func(t *testing.T) {
 				lease, events, finish := heldThenStalled(t, direct, stall)
 				defer finish()
 				require.NoError(t, lease.Unlock(t.Context()))
@@ -209,7 +208,7 @@ func TestFrozenMinorityStillFailsAtNodeTimeout(t *testing.T) {
 				name = "client stalled"
 			}
 			t.Run(name, func(t *testing.T) {
-				synctest.Test(t, func(t *testing.T) {
+				inVirtualTime(t, func(t *testing.T) {
 					m, nodes, closeAll := newMemNet(3)
 					nodes[1] = &stalledNode{Node: &takenNode{}, net: m} // refuses, as soon as the stall lets it
 					l, events, finish := stallLocker(t, m, nodes, closeAll, direct)
@@ -238,7 +237,7 @@ func TestFrozenMinorityStillFailsAtNodeTimeout(t *testing.T) {
 // late together: ErrClientStalled, which still matches quorum.ErrNoReply.
 func TestEveryNodeLateTogetherIsReportedAsAStall(t *testing.T) {
 	bothTransports(t, func(t *testing.T, direct bool) {
-		synctest.Test(t, func(t *testing.T) {
+		inVirtualTime(t, func(t *testing.T) {
 			m, nodes, closeAll := newMemNet(3)
 			l, events, finish := stallLocker(t, m, nodes, closeAll, direct)
 			defer finish()
