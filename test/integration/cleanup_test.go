@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,7 +31,10 @@ func TestContainerCleanupMindsOtherRunsOnTheDockerHost(t *testing.T) {
 	require.NoError(t, ended.Run())
 	gone := strconv.Itoa(ended.Process.Pid) // exited and reaped
 	suffix := strconv.Itoa(os.Getpid())
-	const here, elsewhere = "c0ffee000001", "c0ffee000002" // two checkouts
+	// Two checkouts, this test process's own: the suite's runs side by side
+	// (scripts/test.sh) run this test at once, and one run's "a run starts"
+	// must not remove another's crashed container of the same fake checkout.
+	here, elsewhere := fmt.Sprintf("c0ffee%06x", os.Getpid()), fmt.Sprintf("c0ffef%06x", os.Getpid())
 	create := func(name, checkout, run, pid string) string {
 		t.Helper()
 		id, err := exec.Command("docker", "create", "--name", "redlock-cleanup-"+name+"-"+suffix,

@@ -36,7 +36,10 @@ func TestInspectAndRevokeADo(t *testing.T) {
 			ops := newLocker(t, c, &redlock.Options{Owner: "oncall", Fencing: true, NodeTimeout: 300 * time.Millisecond})
 			var token uint64
 			worked := false
-			err := holder.Do(ctx, key, ttl, func(ctx context.Context, lease *redlock.Lease) error {
+			// The operator's calls take the test's context, not the work's:
+			// the work's ends as soon as the holder learns of the
+			// revocation, perhaps before Revoke heard from every node.
+			err := holder.Do(ctx, key, ttl, func(work context.Context, lease *redlock.Lease) error {
 				token = lease.Token()
 				drain(t, holder)
 				in, err := ops.Inspect(ctx, key)
@@ -76,8 +79,8 @@ func TestInspectAndRevokeADo(t *testing.T) {
 					}
 				}
 				select {
-				case <-ctx.Done():
-					return ctx.Err()
+				case <-work.Done():
+					return work.Err()
 				case <-time.After(3 * ttl): // several extensions
 					worked = true
 					return nil
