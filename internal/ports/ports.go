@@ -9,9 +9,11 @@ package ports
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // SlotVar names the run's share: "i/n" is the i-th (from 1) of n equal
@@ -41,4 +43,49 @@ func rangeOf(slot string, lo, hi int) (int, int, error) {
 	}
 	start := lo + (i-1)*width
 	return start, start + width, nil
+}
+
+var (
+	handedOutMu sync.Mutex
+	handedOut   = map[int]bool{}
+)
+
+// Free returns a loopback port of this run's part of [lo, hi) (Range) that
+// was free a moment ago, with port+offset free too for each offset (a
+// cluster node's bus port), and never one it returned before in this
+// process, so that a crashed server's port stays its own. Processes of one
+// run start at different places in their part, so that they do not all
+// try the same ports first.
+func Free(lo, hi int, offsets ...int) (int, error) {
+	lo, hi, err := Range(lo, hi)
+	if err != nil {
+		return 0, err
+	}
+	handedOutMu.Lock()
+	defer handedOutMu.Unlock()
+	free := func(port int) bool {
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			return false
+		}
+		ln.Close()
+		return true
+	}
+	start := lo + os.Getpid()%max(1, (hi-lo)/2)
+	for _, span := range [][2]int{{start, hi}, {lo, start}} {
+	next:
+		for port := span[0]; port < span[1]; port++ {
+			if handedOut[port] || !free(port) {
+				continue
+			}
+			for _, o := range offsets {
+				if !free(port + o) {
+					continue next
+				}
+			}
+			handedOut[port] = true
+			return port, nil
+		}
+	}
+	return 0, fmt.Errorf("ports: no free loopback port in %d-%d", lo, hi-1)
 }

@@ -303,11 +303,6 @@ func Version(ctx context.Context, addr string) string {
 	return "redis " + fields["redis_version"]
 }
 
-var (
-	portsMu   sync.Mutex
-	portsUsed = map[int]bool{}
-)
-
 // FreePort returns a loopback port that was free a moment ago: from
 // 15000-19999, below Linux's ephemeral range (32768-60999 by default),
 // where an outgoing connection of any process could take it between this
@@ -317,30 +312,7 @@ var (
 // side, each has its share of it (internal/ports). Never the same port
 // twice in a process, so that a crashed server's port stays its own.
 func FreePort() (int, error) {
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	lo, hi, err := ports.Range(15000, 20000)
-	if err != nil {
-		return 0, err
-	}
-	// Processes of one run start at different places in its share, so
-	// that they do not all try the same ports first.
-	start := lo + os.Getpid()%max(1, (hi-lo)/2)
-	for _, span := range [][2]int{{start, hi}, {lo, start}} {
-		for port := span[0]; port < span[1]; port++ {
-			if portsUsed[port] {
-				continue
-			}
-			ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-			if err != nil {
-				continue
-			}
-			ln.Close()
-			portsUsed[port] = true
-			return port, nil
-		}
-	}
-	return 0, fmt.Errorf("redisproc: no free loopback port in %d-%d", lo, hi-1)
+	return ports.Free(15000, 20000)
 }
 
 func lastLines(s string, n int) string {

@@ -77,39 +77,13 @@ type Proc struct {
 	frozen bool
 }
 
-var (
-	portsMu sync.Mutex
-	used    = map[int]bool{}
-)
-
 // FreePort returns a loopback port that was free a moment ago, with its
 // cluster bus port (BusPort) free too: from 10000-14999, below Linux's
 // ephemeral range (where outgoing connections could take it first) and
 // away from the Docker harness's 20000-32767; a run's share of that where
 // runs go side by side (package ports). Never the same twice in a process.
 func FreePort() (int, error) {
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	free := func(port int) bool {
-		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			return false
-		}
-		ln.Close()
-		return true
-	}
-	lo, hi, err := ports.Range(10000, 15000)
-	if err != nil {
-		return 0, err
-	}
-	start := lo + os.Getpid()%max(1, (hi-lo)/2)
-	for port := start; port < hi; port++ {
-		if !used[port] && free(port) && free(BusPort(port)) {
-			used[port] = true
-			return port, nil
-		}
-	}
-	return 0, fmt.Errorf("procs: no free port in %d-%d", start, hi-1)
+	return ports.Free(10000, 15000, BusPort(0))
 }
 
 // BusPort is the cluster bus port a cluster node on port listens on.
