@@ -19,13 +19,14 @@ import (
 // newNotices is the Locker's release notices (package notice): each node
 // that is a go-redis client subscribes while some Lock waits, and a notice
 // wakes the head of the key's queue (waitq.Queues.Notice) unless it named
-// another Locker's turn.
+// another Locker's turn; a release told again by its last nodes wakes it
+// again (Queues.NoticeAgain), unless a lease here won the key since.
 func newNotices(nodes []node, turns *waitq.Queues, timeout time.Duration, id string) *notice.Hub {
 	sources := make([]notice.Source, len(nodes))
 	for i, n := range nodes {
 		sources[i] = notice.Subscribable(n.Node)
 	}
-	deliver := func(key string, turn notice.Turn) {
+	deliver := func(key string, turn notice.Turn, again bool) {
 		named := waitq.NamedNobody
 		switch turn {
 		case notice.TurnThis:
@@ -34,6 +35,10 @@ func newNotices(nodes []node, turns *waitq.Queues, timeout time.Duration, id str
 			named = waitq.NamedOther
 		case notice.TurnShared:
 			named = waitq.NamedSome
+		}
+		if again {
+			turns.NoticeAgain(key, named)
+			return
 		}
 		turns.Notice(key, named)
 	}

@@ -2,13 +2,17 @@ package redlock_test
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlock/redlock/internal/faultnet"
 	"github.com/redlock/redlock/redlock"
+	"github.com/redlock/redlock/redlock/internal/notice"
 )
 
 // twoLockers returns two Lockers (two processes, as far as the queue
@@ -125,4 +129,67 @@ func TestReleaseBeforeTheSubscriptionIsNotMissed(t *testing.T) {
 			drain(t, a)
 		})
 	}
+}
+
+// A release reaches the nodes at different times. Its notices from nodes
+// 0 and 1 (a majority) wake the waiter, whose attempt is granted on node
+// 0, finds the released value still on node 2 (its release is late) and
+// stops waiting for node 1 (slow to answer: it yields), so it loses. When
+// node 2's release comes, its notice wakes the waiter again, and it wins
+// long before its poll (a minute away); once, that last notice was taken
+// for a repeat of a release already delivered, and the waiter slept to its
+// deadline.
+func TestAWaiterWhoseAttemptRacedTheReleaseIsWokenByItsLastNode(t *testing.T) {
+	c := newCluster(t, 3)
+	releaseOnNode2 := make(chan struct{})
+	var openNode2 sync.Once
+	defer openNode2.Do(func() { close(releaseOnNode2) })
+	a := newLocker(t, c.nodes(func(i int, n redlock.Node) redlock.Node {
+		if i != 2 {
+			return n
+		}
+		return &hookNode{Node: n, beforeScript: func(ctx context.Context, keys []string, args []any) error {
+			if len(keys) > 1 { // a lease's release (the key and its line), not the acquisition's
+				<-releaseOnNode2
+			}
+			return nil
+		}}
+	}), patient)
+	held, err := a.TryLock(t.Context(), "job", time.Minute)
+	require.NoError(t, err)
+
+	slow, err := faultnet.Listen(c.servers[1].Addr()) // the waiter's way to node 1
+	require.NoError(t, err)
+	t.Cleanup(func() { slow.Close() })
+	bNodes := c.nodes(nil)
+	bNodes[1] = newClient(t, slow.Addr())
+	var raced atomic.Bool // the release has begun: the waiter's next loss is the race
+	var lost atomic.Int32
+	obs := redlock.ObserverFunc(func(e redlock.Event) {
+		if e.Op == redlock.OpAcquire && e.Err != nil && raced.Load() {
+			lost.Add(1)
+			slow.SetDelay(0, 0)
+			openNode2.Do(func() { close(releaseOnNode2) })
+		}
+	})
+	opts := *patient
+	opts.NodeTimeout, opts.Observer = 5*time.Second, obs
+	b := newLocker(t, bNodes, &opts)
+	got := lockSoon(t, b, "job", 8*time.Second)
+	waitFor(t, b, "job", 1)
+	require.Eventually(t, func() bool { return redlock.Listening(b, "job") == 3 }, 5*time.Second, time.Millisecond, "subscribed on every node")
+	line, _ := notice.Line("job")
+	for i, m := range c.servers {
+		require.Eventually(t, func() bool { l, _ := m.List(line); return len(l) == 1 }, 5*time.Second, time.Millisecond, "the waiter in node %d's line", i)
+	}
+
+	slow.SetDelay(2*time.Second, 0) // node 1 answers the waiter's next attempt late
+	raced.Store(true)
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- held.Unlock(context.Background()) }()
+	require.NoError(t, <-got, "woken again by node 2's notice")
+	require.EqualValues(t, 1, lost.Load(), "the attempt woken by the first notices lost (the race this test is about)")
+	require.NoError(t, <-unlocked)
+	drain(t, a)
+	drain(t, b)
 }

@@ -22,7 +22,7 @@ func miniredisHub(t *testing.T) (*Hub, *miniredis.Miniredis) {
 	m := redistest.Miniredis(t)
 	c := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
-	return New([]Source{Subscribable(c)}, func(string, Turn) {}, Options{Timeout: time.Second}), m
+	return New([]Source{Subscribable(c)}, func(string, Turn, bool) {}, Options{Timeout: time.Second}), m
 }
 
 // A new first Listen racing the last Stop: the new Listener's channel

@@ -142,7 +142,7 @@ type Options struct {
 // the keys listened for, and closed when none are left.
 type Hub struct {
 	nodes   []*node // nil: the node cannot subscribe
-	deliver func(key string, turn Turn)
+	deliver func(key string, turn Turn, again bool)
 	opts    Options
 
 	active atomic.Int64 // len(keys), read without mu by Expect (every Unlock)
@@ -163,20 +163,25 @@ type listened struct {
 
 // release is what the Hub knows of one released value: how many nodes'
 // notices came, how many of them named this Locker's turn and how many
-// another's, whether it was delivered (or expected: never), and whether
-// as this Locker's turn.
+// another's, whether it was delivered (or expected: never), whether as
+// this Locker's turn, and whether it was delivered again once every
+// subscribed node's notice came.
 type release struct {
 	value        string
 	heard        int
 	mine, others int
 	done         bool
 	doneMine     bool
+	expected     bool
+	complete     bool
 }
 
 // New returns a Hub over sources (nil where a node cannot subscribe) that
-// calls deliver with the key of each new notice and whose turn it named.
-// deliver must not block.
-func New(sources []Source, deliver func(key string, turn Turn), opts Options) *Hub {
+// calls deliver with the key of each new notice and whose turn it named;
+// again is true where the release was delivered before and every
+// subscribed node has now told of it (see Hub.notice). deliver must not
+// block.
+func New(sources []Source, deliver func(key string, turn Turn, again bool), opts Options) *Hub {
 	if opts.Timeout <= 0 {
 		opts.Timeout = time.Second
 	}
@@ -348,7 +353,7 @@ func (h *Hub) Expect(key, value string) {
 	h.mu.Lock()
 	if k := h.keys[key]; k != nil {
 		r := k.find(value)
-		r.done, r.doneMine = true, true
+		r.done, r.doneMine, r.expected = true, true, true
 	}
 	h.mu.Unlock()
 }
@@ -411,12 +416,22 @@ func (h *Hub) notice(channel, message string) {
 	// delivers it again, as this one's: with three nodes naming three
 	// Lockers, each Locker's first majority may be the two that name the
 	// others, and someone must try.
-	enough := r.heard >= min(h.opts.Majority, max(h.confirmed(channel), 1))
+	confirmed := h.confirmed(channel)
+	enough := r.heard >= min(h.opts.Majority, max(confirmed, 1))
 	wake := enough && (!r.done || (r.mine > 0 && !r.doneMine && r.others > 0))
+	// A release delivered before every subscribed node's notice came is
+	// delivered again when the last one comes. The attempt that the first
+	// delivery woke may reach the other nodes before the release does (a
+	// node slow to answer, or a confirmation not yet counted, so that one
+	// notice was a majority of those confirmed): it finds the released
+	// value still there, loses, and without this no later notice of the
+	// release would wake it before its poll.
+	again := !wake && r.done && !r.expected && !r.complete && r.heard >= confirmed
 	turn := TurnOpen
-	if wake {
+	if wake || again {
 		r.done = true
-		r.doneMine = r.mine > 0
+		r.doneMine = r.doneMine || r.mine > 0
+		r.complete = r.complete || r.heard >= confirmed
 		switch {
 		case Most(r.mine, r.heard):
 			turn = TurnThis
@@ -427,8 +442,8 @@ func (h *Hub) notice(channel, message string) {
 		}
 	}
 	h.mu.Unlock()
-	if wake {
-		h.deliver(key, turn)
+	if wake || again {
+		h.deliver(key, turn, again)
 	}
 }
 

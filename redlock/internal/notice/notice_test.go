@@ -26,17 +26,20 @@ var releaseLua = func() string {
 	return string(b)
 }()
 
-// heard collects the keys a Hub delivers, and the turns.
+// heard collects the keys a Hub delivers, the turns, and which were
+// deliveries again.
 type heard struct {
 	mu    sync.Mutex
 	keys  []string
 	turns []notice.Turn
+	again []bool
 }
 
-func (h *heard) deliver(key string, turn notice.Turn) {
+func (h *heard) deliver(key string, turn notice.Turn, again bool) {
 	h.mu.Lock()
 	h.keys = append(h.keys, key)
 	h.turns = append(h.turns, turn)
+	h.again = append(h.again, again)
 	h.mu.Unlock()
 }
 
@@ -107,10 +110,12 @@ func TestScriptPublishesOnTheKeysChannel(t *testing.T) {
 }
 
 // A release is delivered once its notices came from a majority of the
-// nodes (the key is then free on a majority), and once only; an expected
-// value (the Locker's own release) and an empty probe are not delivered;
-// the last Stop closes the connection.
-func TestHubDeliversEachReleaseOnce(t *testing.T) {
+// nodes (the key is then free on a majority), and again, once, when the
+// last subscribed node's notice comes (an attempt the first woke may have
+// found it still held there); an expected value (the Locker's own
+// release) and an empty probe are not delivered; the last Stop closes the
+// connection.
+func TestHubDeliversEachReleaseAtAMajorityAndWhenComplete(t *testing.T) {
 	nodes := []*miniredis.Miniredis{redistest.Miniredis(t), redistest.Miniredis(t), redistest.Miniredis(t)}
 	var clients []*redis.Client
 	var sources []notice.Source
@@ -136,6 +141,7 @@ func TestHubDeliversEachReleaseOnce(t *testing.T) {
 	release(t, clients[1], "k", "v1")
 	require.Eventually(t, func() bool { return got.count() == 1 }, 5*time.Second, time.Millisecond, "a majority has")
 	release(t, clients[2], "k", "v1")
+	require.Eventually(t, func() bool { return got.count() == 2 }, 5*time.Second, time.Millisecond, "every node has")
 	h.Expect("k", "v2")
 	for _, c := range clients {
 		release(t, c, "k", "v2")                                          // the Locker's own
@@ -143,9 +149,16 @@ func TestHubDeliversEachReleaseOnce(t *testing.T) {
 	}
 	release(t, clients[1], "k", "v3")
 	release(t, clients[2], "k", "v3")
-	require.Eventually(t, func() bool { return got.count() == 2 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return got.count() == 3 }, 5*time.Second, time.Millisecond)
 	time.Sleep(50 * time.Millisecond)
-	assert.Equal(t, []string{"k", "k"}, got.keys, "v1 once, v2 never, v3 once")
+	assert.Equal(t, []string{"k", "k", "k"}, got.keys, "v1 twice, v2 never, v3 once")
+	assert.Equal(t, []bool{false, true, false}, got.again, "v1's second delivery, when every node had released, is again")
+	release(t, clients[0], "k", "v3")
+	time.Sleep(50 * time.Millisecond)
+	assert.Equal(t, 4, got.count(), "v3's last node: again, once")
+	release(t, clients[0], "k", "v3")
+	time.Sleep(50 * time.Millisecond)
+	assert.Equal(t, 4, got.count(), "a notice past every node's is not delivered")
 
 	l.Stop()
 	l.Stop() // twice is once
@@ -188,11 +201,11 @@ func TestHubResubscribesAfterTheConnectionDrops(t *testing.T) {
 // listens to nothing, and a key with no release channel is not listened.
 func TestHubWithoutSubscribers(t *testing.T) {
 	assert.Nil(t, notice.Subscribable(struct{}{}))
-	h := notice.New([]notice.Source{nil}, func(string, notice.Turn) {}, notice.Options{})
+	h := notice.New([]notice.Source{nil}, func(string, notice.Turn, bool) {}, notice.Options{})
 	assert.Zero(t, h.Nodes())
 	assert.Nil(t, h.Listen("k"))
 	m := redistest.Miniredis(t)
-	h = notice.New([]notice.Source{notice.Subscribable(client(t, m.Addr()))}, func(string, notice.Turn) {}, notice.Options{})
+	h = notice.New([]notice.Source{notice.Subscribable(client(t, m.Addr()))}, func(string, notice.Turn, bool) {}, notice.Options{})
 	assert.Nil(t, h.Listen("x}y"))
 	var nilListener *notice.Listener
 	nilListener.Stop()

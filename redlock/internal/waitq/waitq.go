@@ -227,6 +227,19 @@ func (t *Queues) Notice(key string, named Why) {
 	}
 }
 
+// NoticeAgain tells key's queue of a release Notice told of before, now
+// that its last nodes have released too: the attempt the first notice
+// woke may have lost on them. It wakes the head as Notice does, unless a
+// lease of this Locker has won the key since (held), and leaves held as
+// it is: the release it tells of is older than that lease.
+func (t *Queues) NoticeAgain(key string, named Why) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if q := t.keys[key]; q != nil && len(q.waiters) > 0 && !q.held && named != NamedOther {
+		q.waiters[0].wake(named)
+	}
+}
+
 // Waiting is how many Lock calls wait for key.
 func (t *Queues) Waiting(key string) int {
 	t.mu.Lock()

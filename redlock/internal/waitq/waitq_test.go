@@ -96,6 +96,35 @@ func TestNoticeWakesTheHead(t *testing.T) {
 	}
 }
 
+// A release told again (its last nodes released too) wakes the head as a
+// notice does, but not behind a lease of this Locker won since, which it
+// leaves marked held; one that named another Locker wakes no one.
+func TestNoticeAgainWakesTheHeadUnlessALeaseWonSince(t *testing.T) {
+	var q Queues
+	q.NoticeAgain("k", NamedThis) // no one waits: nothing kept
+	a, _, _, _ := q.Join("k")
+	b, _, _, _ := q.Join("k")
+	q.NoticeAgain("k", NamedOther)
+	if woken(a) || woken(b) {
+		t.Fatal("a release told again that named another Locker woke a waiter")
+	}
+	q.NoticeAgain("k", NamedThis)
+	if !woken(a) || woken(b) || a.Woken() != NamedThis {
+		t.Fatal("a release told again did not wake the head alone, saying why")
+	}
+	q.Leave("k", a, true) // a won: held here
+	if !woken(b) {
+		t.Fatal("b moved up")
+	}
+	q.NoticeAgain("k", NamedNobody)
+	if woken(b) {
+		t.Fatal("an older release told again woke the head behind this Locker's lease")
+	}
+	if _, held := q.Head("k", b); !held {
+		t.Fatal("an older release told again cleared held")
+	}
+}
+
 // A release here that named another Locker's turn wakes the head to join
 // the key's line (Passed), not to try; one that named no one, to try.
 func TestReleasedSaysWhetherTheTurnPassed(t *testing.T) {
