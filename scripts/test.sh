@@ -175,15 +175,15 @@ once_on_9='TestClusterAtomicSlotMigration|TestAtomicSlotMoveMovesTheSlotAndItsKe
 # more than they compute: the chaos runs (seeded faults on redis-server
 # processes, a safe and an unsafe 60 s run), the benchmark CLI's tests and
 # the OpenTelemetry adapter's. They take turns in $lanes lanes
-# (REDLOCK_TEST_LANES, default 2; three fit 35 minutes but woke a wake-up
-# flake under their load: see docs/testing.md): a lane that finishes a job takes the
+# (REDLOCK_TEST_LANES, default 3; see docs/testing.md for the stage times
+# with two and three): a lane that finishes a job takes the
 # next of the list, longest first so that the lanes end close together
 # (one whole integration run keeps this machine about a quarter busy).
 # Each lane has its own share of the loopback ports (internal/ports), so
 # that jobs side by side never pick the same port.
 runs="redis:7.0/auto-pipeline/all redis:8.0/auto-pipeline/all valkey:9.1/auto-pipeline/all redis:7.0/direct/transport-subset valkey:8.1/auto-pipeline/server-subset"
 jobs="$runs chaos bench-cli otel"
-lanes=${REDLOCK_TEST_LANES:-2}
+lanes=${REDLOCK_TEST_LANES:-3}
 # names_of prints the test names a run selects (empty for all).
 names_of() {
 	case "$1" in
