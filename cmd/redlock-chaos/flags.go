@@ -33,6 +33,7 @@ type config struct {
 	json       bool
 	models     bool
 	resource   string // -resource: both, redis or sql
+	mixed      bool   // -mixed: multi-key leases and Do beside Lock
 	sim        simSettings
 	simRun     *simConfig // -sim: the simulation's run (nil: a run on real servers)
 }
@@ -79,6 +80,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.history, "history", "", "where porcupine's visualisation of a non-linearizable history goes (default: redlock-chaos-SEED.html in the temporary directory)")
 	fs.BoolVar(&cfg.json, "json", false, "print the results as JSON")
 	fs.StringVar(&cfg.resource, "resource", "both", "where the counters live: redis (fence.Redis), sql (a SQLite table, fence.SQL), or both (even keys on Redis, odd keys in SQL)")
+	fs.BoolVar(&cfg.mixed, "mixed", false, "clients also take two keys at once (LockMulti) and run their work under Do for longer than the TTL (its extensions keep the lease), each in one cycle of four")
 	fs.BoolVar(&cfg.models, "models", false, "run each kind of fault in -faults alone, unsafe then safe, and print a table of the trials")
 	sim := fs.Bool("sim", false, "simulate instead: the Locker against simulated nodes in virtual time, -seeds schedules from -seed (see the manual)")
 	seeds := fs.Int("seeds", 300, "with -sim: schedules in the safe configuration")

@@ -33,6 +33,10 @@
 //	-hold D         the work between a section's read and its write (TTL/4)
 //	-nodes N        lock nodes (5)
 //	-duration D     how long the clients run (30s)
+//	-mixed          leases of every shape: in one cycle of four a client
+//	                locks two keys at once (LockMulti), in one it works
+//	                under Do for three holds, past the TTL (off; -sim's
+//	                schedules turn it on)
 //
 // Faults (-faults, comma-separated; all by default), one every -fault-every
 // on average (2s), each on a random node or client, for a random time of

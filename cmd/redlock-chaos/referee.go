@@ -8,6 +8,12 @@ import (
 // counts is the referee's tally of a run.
 type counts struct {
 	Leases int `json:"leases"`
+	// MultiKey are leases of two keys at once (each key's record counts
+	// in Leases), Do those taken by Locker.Do, and Extended those of Do
+	// that its extensions kept past their first validity (-mixed).
+	MultiKey int `json:"multi_key,omitempty"`
+	Do       int `json:"do,omitempty"`
+	Extended int `json:"extended,omitempty"`
 	// LongestWait is the longest a successful Lock call waited: liveness
 	// under the faults.
 	LongestWait time.Duration `json:"longest_wait"`
@@ -66,7 +72,17 @@ func referee(cfg config, h *history) counts {
 	c := counts{Leases: len(h.leases)}
 	for _, l := range h.leases {
 		c.LongestWait = max(c.LongestWait, l.Acquired-l.Call)
+		switch l.Shape {
+		case "multi":
+			c.MultiKey++
+		case "do":
+			c.Do++
+			if l.Extended > 0 {
+				c.Extended++
+			}
+		}
 	}
+	c.MultiKey /= 2 // a record per key
 	// Overlapping beliefs, per key.
 	byKey := make([][]int, cfg.keys)
 	for i, l := range h.leases {
@@ -104,7 +120,7 @@ func referee(cfg config, h *history) counts {
 		default:
 			c.Rejected++
 		}
-		if a.Call > l.Until {
+		if a.Call > l.believed() {
 			c.LateWrites++
 			if a.Accepted {
 				c.LateAccepted++

@@ -78,6 +78,26 @@ func TestRefereeCountsOverlappingWindows(t *testing.T) {
 	assert.Len(t, c.Marks, 2)
 }
 
+// A lease that Do extended is believed to its extended validity: a lease
+// of another client granted inside it overlaps, and its write before the
+// extended end is not late; released first, it overlaps nothing.
+func TestRefereeBelievesAnExtendedLeaseToItsLastValidity(t *testing.T) {
+	h := &history{}
+	section(h, 0, 0, 100*ms, 10*ms, 150*ms, 0, true) // written at 150ms, under an extension to 200ms
+	h.leases[0].Extended = 200 * ms
+	h.leases[0].Released = 0 // never released: believed to 200ms
+	section(h, 1, 180*ms, 280*ms, 190*ms, 195*ms, 1, true)
+	c := referee(config{keys: 1}, h)
+	assert.Equal(t, 1, c.Overlaps, "client 1 was granted at 180ms, inside client 0's extended validity")
+	assert.Zero(t, c.LateWrites, "the write at 150ms came before the extended end")
+	h.leases[0].Released = 151 * ms
+	c = referee(config{keys: 1}, h)
+	assert.Zero(t, c.Overlaps, "released at 151ms")
+	h.leases[0].Extended = 0
+	c = referee(config{keys: 1}, h)
+	assert.Equal(t, 1, c.LateWrites, "without the extension, the write at 150ms is past the 100ms validity")
+}
+
 func TestModelOfAnUnknownWrite(t *testing.T) {
 	h := &history{}
 	section(h, 0, 0, 100*ms, 10*ms, 20*ms, 0, false)

@@ -30,11 +30,12 @@ type simConfig struct {
 }
 
 // simSchedule is the shape of every simulated schedule: five nodes, three
-// clients on two Lockers contending for one key, a fault every 0.7 s on
-// average for 30 s of virtual time (then a quiet spell), every kind of
-// fault. Seeds choose the
-// transport and go-redis's retries (see scheduleConfig).
-var simSchedule = []string{"-nodes", "5", "-clients", "3", "-lockers", "2", "-keys", "1", "-ttl", "1s", "-hold", "400ms",
+// clients on two Lockers contending for two keys with leases of every
+// shape (-mixed: one key, both keys at once, one key under Do), a fault
+// every 0.7 s on average for 30 s of virtual time (then a quiet spell),
+// every kind of fault. Seeds choose the transport and go-redis's retries
+// (see scheduleConfig).
+var simSchedule = []string{"-nodes", "5", "-clients", "3", "-lockers", "2", "-keys", "2", "-mixed", "-ttl", "1s", "-hold", "400ms",
 	"-duration", "30s", "-fault-every", "700ms", "-resource", "redis"}
 
 // simVariant is a configuration a schedule runs in: the safe one, or a
@@ -129,6 +130,9 @@ type simReport struct {
 	faults    int
 	virtual   time.Duration
 	leases    int
+	multiKey  int                // of leases: two keys at once
+	do        int                // of leases: under Do
+	extended  int                // of do: extended past their first validity
 	failed    []string           // safe schedules that failed, with why
 	keysAtEnd []string           // safe schedules that left lock keys when the clients stopped
 	sameToken []string           // safe schedules with stale accesses accepted under a token issued twice
@@ -157,6 +161,9 @@ func (r *simReport) addSafe(cfg config, res *result) int {
 	}
 	r.virtual += res.Duration
 	r.leases += res.Counts.Leases
+	r.multiKey += res.Counts.MultiKey
+	r.do += res.Counts.Do
+	r.extended += res.Counts.Extended
 	for _, t := range res.Trials {
 		r.faults += t.Faults
 		s := r.trials[t.Kind]
@@ -325,8 +332,8 @@ func keepTimeline(t *testing.T, sc simConfig, cfg config, res *result, what stri
 
 func (r *simReport) write(w io.Writer, sc simConfig, took time.Duration) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "simulation: %d schedules in the safe configuration (seeds %d to %d), %d faults carried out, %v of virtual time, %d leases, in %v of wall time\n",
-		r.schedules, sc.first, sc.first+uint64(sc.seeds)-1, r.faults, r.virtual.Round(time.Second), r.leases, took.Round(time.Second))
+	fmt.Fprintf(&b, "simulation: %d schedules in the safe configuration (seeds %d to %d), %d faults carried out, %v of virtual time, %d leases (%d of two keys at once, %d under Do, %d of those extended), in %v of wall time\n",
+		r.schedules, sc.first, sc.first+uint64(sc.seeds)-1, r.faults, r.virtual.Round(time.Second), r.leases, r.multiKey, r.do, r.extended, took.Round(time.Second))
 	fmt.Fprintf(&b, "violations in the safe configuration: %d schedules\n", len(r.failed))
 	for _, f := range r.failed {
 		fmt.Fprintf(&b, "  %s\n", f)

@@ -33,6 +33,9 @@ func TestSimulation(t *testing.T) {
 	if perSchedule := rep.faults / max(rep.schedules, 1); perSchedule < 5 {
 		t.Errorf("%d faults per schedule: want at least 5", perSchedule)
 	}
+	if rep.multiKey == 0 || rep.do == 0 || rep.extended == 0 {
+		t.Errorf("leases of every shape: %d of two keys at once, %d under Do, %d of those extended; want some of each", rep.multiKey, rep.do, rep.extended)
+	}
 	if full && rep.faults < 10000 {
 		t.Errorf("%d faults carried out: CI's run must carry out at least 10,000", rep.faults)
 	}

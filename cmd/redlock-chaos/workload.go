@@ -20,21 +20,31 @@ type leaseRecord struct {
 	Token    uint64        `json:"token,omitempty"`
 	Call     time.Duration `json:"call"`     // Lock called
 	Acquired time.Duration `json:"acquired"` // Lock returned it
-	Until    time.Duration `json:"until"`    // the validity the client believed it had
-	Released time.Duration `json:"released"` // Unlock called (0: never)
+	Until    time.Duration `json:"until"`    // the validity the client believed it had when Lock returned
+	// Extended is the later validity it believed before its writes, where
+	// Do had extended the lease (0: none).
+	Extended time.Duration `json:"extended,omitempty"`
+	Released time.Duration `json:"released"` // Unlock called, or Do's function returned (0: never)
 	// Holders is how many nodes held the lease when Lock returned it, as
 	// the Locker knew (late grants may add to it afterwards).
 	Holders int `json:"holders"`
+	// Shape is how the lease was taken: "" (Lock), "multi" (LockMulti,
+	// one record per key) or "do" (Locker.Do).
+	Shape string `json:"shape,omitempty"`
 }
 
 // end is when the client stopped believing it held the lease: the end of its
-// validity, or its release if earlier.
+// validity (extended, where it was), or its release if earlier.
 func (l leaseRecord) end() time.Duration {
-	if l.Released > 0 && l.Released < l.Until {
+	if l.Released > 0 && l.Released < l.believed() {
 		return l.Released
 	}
-	return l.Until
+	return l.believed()
 }
+
+// believed is the end of the validity the client last believed the lease
+// had.
+func (l leaseRecord) believed() time.Duration { return max(l.Until, l.Extended) }
 
 // access is one read or write of the resource under a lease.
 type access struct {
@@ -66,10 +76,28 @@ func (h *history) addLease(l leaseRecord) int {
 	return len(h.leases) - 1
 }
 
-func (h *history) released(i int, at time.Duration) {
+// released records when the client stopped relying on the leases of
+// records: its Unlock call, or the end of Do's function.
+func (h *history) released(records []int, at time.Duration) {
 	h.mu.Lock()
-	h.leases[i].Released = at
-	h.mu.Unlock()
+	defer h.mu.Unlock()
+	for _, i := range records {
+		if h.leases[i].Released == 0 {
+			h.leases[i].Released = at
+		}
+	}
+}
+
+// extended records the validity the client believed its leases had
+// before their writes: later than at acquisition where Do extended them.
+func (h *history) extended(records []int, until time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, i := range records {
+		if until > h.leases[i].Until {
+			h.leases[i].Extended = until
+		}
+	}
 }
 
 func (h *history) addAccess(a access) {
@@ -135,12 +163,41 @@ func (c *client) run(ctx context.Context) {
 	}
 }
 
+// cycle takes one lease and does its work: a single key's (Lock), or,
+// with -mixed, also two keys' at once (LockMulti) and a single key's under
+// Do, whose work lasts longer than the TTL so that its extensions keep the
+// lease.
 func (c *client) cycle(ctx context.Context) {
-	key := c.rng.IntN(c.cfg.keys)
 	lctx, cancel := context.WithTimeout(ctx, 3*c.cfg.ttl)
 	defer cancel()
+	keys := []int{c.rng.IntN(c.cfg.keys)}
+	kind := 0
+	if c.cfg.mixed {
+		kind = c.rng.IntN(4) // one in four multi-key, one in four Do
+	}
+	if kind == 1 && c.cfg.keys >= 2 {
+		keys = append(keys, (keys[0]+1+c.rng.IntN(c.cfg.keys-1))%c.cfg.keys)
+	}
+	if kind == 2 {
+		// Do's context bounds its wait and its function alike: the wait
+		// gets what Lock's does, and the function its three holds.
+		dctx, cancel := context.WithTimeout(ctx, 3*c.cfg.ttl+3*c.cfg.hold)
+		defer cancel()
+		c.doCycle(ctx, dctx, keys[0])
+		return
+	}
+	names := make([]string, len(keys))
+	for i, k := range keys {
+		names[i] = lockName(k)
+	}
 	call := c.since()
-	lease, err := c.locker.Lock(lctx, lockName(key), c.cfg.ttl)
+	var lease *redlock.Lease
+	var err error
+	if len(keys) == 1 {
+		lease, err = c.locker.Lock(lctx, names[0], c.cfg.ttl)
+	} else {
+		lease, err = c.locker.LockMulti(lctx, names, c.cfg.ttl)
+	}
 	if d, ok := lctx.Deadline(); ok && ctx.Err() == nil {
 		c.hist.bounded(d, time.Now())
 	}
@@ -150,8 +207,11 @@ func (c *client) cycle(ctx context.Context) {
 		}
 		return
 	}
-	rec := leaseRecord{Client: c.id, Key: key, Token: lease.Token(), Call: call, Acquired: c.since(), Until: lease.Until().Sub(c.start), Holders: lease.Holders()}
-	li := c.hist.addLease(rec)
+	shape := ""
+	if len(keys) > 1 {
+		shape = "multi"
+	}
+	records := c.record(lease, keys, call, shape)
 	defer func() {
 		// The release runs even when the run has ended: keys left behind
 		// are the referee's to count, not the workload's to cause.
@@ -159,7 +219,7 @@ func (c *client) cycle(ctx context.Context) {
 		defer cancel()
 		// The client stops relying on the lease when it calls Unlock:
 		// another may acquire before this call returns.
-		c.hist.released(li, c.since())
+		c.hist.released(records, c.since())
 		err := lease.Unlock(uctx)
 		d, _ := uctx.Deadline()
 		c.hist.bounded(d, time.Now())
@@ -167,20 +227,66 @@ func (c *client) cycle(ctx context.Context) {
 			c.hist.failed("unlock", err)
 		}
 	}()
+	c.work(ctx, lease, keys, records, c.cfg.hold)
+}
+
+// doCycle runs the work on key under Locker.Do, for three times the hold
+// (longer than the TTL: Do's extensions keep the lease meanwhile). The
+// client believes the validity the lease has when it writes (extended),
+// and stops relying on the lease when its function returns.
+func (c *client) doCycle(ctx, dctx context.Context, key int) {
+	call := c.since()
+	var records []int
+	err := c.locker.Do(dctx, lockName(key), c.cfg.ttl, func(_ context.Context, lease *redlock.Lease) error {
+		records = c.record(lease, []int{key}, call, "do")
+		c.work(ctx, lease, []int{key}, records, 3*c.cfg.hold)
+		c.hist.released(records, c.since())
+		return nil
+	})
+	if d, ok := dctx.Deadline(); ok && ctx.Err() == nil && records == nil {
+		c.hist.bounded(d, time.Now()) // Do's wait for the lease, which gave up
+	}
+	if err != nil && ctx.Err() == nil {
+		op := "do"
+		if records == nil {
+			op = "lock"
+		}
+		c.hist.failed(op, err)
+	}
+}
+
+// record adds a lease record for each of the lease's keys.
+func (c *client) record(lease *redlock.Lease, keys []int, call time.Duration, shape string) []int {
+	records := make([]int, len(keys))
+	for i, k := range keys {
+		records[i] = c.hist.addLease(leaseRecord{Client: c.id, Key: k, Token: lease.TokenOf(lockName(k)), Call: call, Acquired: c.since(),
+			Until: lease.Until().Sub(c.start), Holders: lease.Holders(), Shape: shape})
+	}
+	return records
+}
+
+// work reads each key's counter, waits hold (the work the lock
+// protects), perhaps pauses (the nemesis's pause fault), and writes each
+// counter back plus one, each access fenced by the key's token.
+func (c *client) work(ctx context.Context, lease *redlock.Lease, keys []int, records []int, hold time.Duration) {
 	// The resource is never faulted, but its calls are bounded all the same.
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer rcancel()
-	read := access{Lease: li, Call: c.since()}
-	value, err := c.res.of(key).read(rctx, key, lease.Token())
-	read.Return, read.Value = c.since(), value
-	read.Accepted = err == nil
-	read.Unknown = err != nil && !errors.Is(err, fence.ErrStaleToken)
-	c.hist.addAccess(read)
-	if err != nil {
-		c.hist.failed("read", err)
-		return
+	values := make([]int64, len(keys))
+	for i, key := range keys {
+		read := access{Lease: records[i], Call: c.since()}
+		value, err := c.res.of(key).read(rctx, key, lease.TokenOf(lockName(key)))
+		read.Return, read.Value = c.since(), value
+		read.Accepted = err == nil
+		read.Unknown = err != nil && !errors.Is(err, fence.ErrStaleToken)
+		c.hist.addAccess(read)
+		if err != nil {
+			c.hist.failed("read", err)
+			return
+		}
+		values[i] = value
 	}
-	time.Sleep(c.cfg.hold) // the work the lock protects
+	time.Sleep(hold) // the work the lock protects
 	select {
 	case f := <-c.pauses:
 		began := c.since()
@@ -190,17 +296,21 @@ func (c *client) cycle(ctx context.Context) {
 		c.hist.mu.Unlock()
 	default:
 	}
+	// What the client believes now: a lease under Do has been extended.
+	c.hist.extended(records, lease.Until().Sub(c.start))
 	// The write's own bound, from now: a pause must not spend it, or the
 	// paused write would never be sent and fencing never tested.
 	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer wcancel()
-	write := access{Lease: li, Write: true, Call: c.since(), Value: value + 1}
-	err = c.res.of(key).write(wctx, key, value+1, lease.Token())
-	write.Return = c.since()
-	write.Accepted = err == nil
-	write.Unknown = err != nil && !errors.Is(err, fence.ErrStaleToken)
-	c.hist.addAccess(write)
-	if err != nil {
-		c.hist.failed("write", err)
+	for i, key := range keys {
+		write := access{Lease: records[i], Write: true, Call: c.since(), Value: values[i] + 1}
+		err := c.res.of(key).write(wctx, key, values[i]+1, lease.TokenOf(lockName(key)))
+		write.Return = c.since()
+		write.Accepted = err == nil
+		write.Unknown = err != nil && !errors.Is(err, fence.ErrStaleToken)
+		c.hist.addAccess(write)
+		if err != nil {
+			c.hist.failed("write", err)
+		}
 	}
 }
