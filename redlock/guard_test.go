@@ -747,16 +747,13 @@ func TestTrustNodesKeepsTheLongestDeclaredMaxTTL(t *testing.T) {
 		node   func(addr string) redlock.Node
 		marker string
 	}{
-		{"standalone", func(addr string) redlock.Node { return redis.NewClient(&redis.Options{Addr: addr}) }, "redlock:memory"},
-		{"cluster", func(addr string) redlock.Node {
-			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}})
-		}, "redlock:memory:{" + hashtag.TagFor(hashtag.Slot("k")) + "}"},
+		{"standalone", func(addr string) redlock.Node { return newClient(t, addr) }, "redlock:memory"},
+		{"cluster", func(addr string) redlock.Node { return newClusterClient(t, addr) }, "redlock:memory:{" + hashtag.TagFor(hashtag.Slot("k")) + "}"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := t.Context()
 			m := redistest.Miniredis(t)
-			node := tt.node(m.Addr())
-			t.Cleanup(func() { node.(interface{ Close() error }).Close() })
+			node := tt.node(m.Addr()) // closed when the test ends
 			long := newLocker(t, []redlock.Node{node}, &redlock.Options{MaxTTL: time.Hour})
 			require.NoError(t, long.TrustNodes(ctx))
 			short := newLocker(t, []redlock.Node{node}, &redlock.Options{MaxTTL: time.Minute})

@@ -80,6 +80,17 @@ func newClient(t testing.TB, addr string) *redis.Client {
 	return cl
 }
 
+// newClusterClient is newClient's Redis Cluster client, with the same
+// timeouts (go-redis's 3 s default read timeout is not enough for a
+// miniredis reply under the race detector beside CPU burners, where a
+// TrustNodes once timed out).
+func newClusterClient(t testing.TB, addr string) *redis.ClusterClient {
+	t.Helper()
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{addr}, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second})
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
 // shortReadTimeout gives a client a one-second read and write timeout, for
 // tests whose silent or black-holed nodes are decided without at
 // NodeTimeout: the calls left waiting there end at the read timeout, and

@@ -408,9 +408,7 @@ func TestKeysArePassedAsKeys(t *testing.T) {
 	// The same through cluster clients, one single-node cluster per master.
 	var nodes []redlock.Node
 	for _, m := range c.servers {
-		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{m.Addr()}})
-		t.Cleanup(func() { cc.Close() })
-		nodes = append(nodes, cc)
+		nodes = append(nodes, newClusterClient(t, m.Addr()))
 	}
 	lc := newLocker(t, nodes, nil)
 	require.NoError(t, lc.TrustNodes(t.Context())) // a marker per slot
