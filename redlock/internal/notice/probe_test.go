@@ -89,7 +89,11 @@ func TestANoticeComesAfterASuccessfulProbe(t *testing.T) {
 func TestAKeyListenedDuringABusyScriptIsSubscribedOnceItEnds(t *testing.T) {
 	s := redis7(t)
 	c := client(t, s.Addr())
-	admin := client(t, s.Addr())
+	// The script's caller waits as long as the script runs: about a second
+	// on a quiet machine, several beside CPU burners, past go-redis's 3 s
+	// default read timeout (stress.sh once saw it time out there).
+	admin := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, ReadTimeout: time.Minute})
+	t.Cleanup(func() { admin.Close() })
 	require.NoError(t, admin.ConfigSet(t.Context(), "busy-reply-threshold", "10").Err())
 	busy := make(chan error, 1)
 	go func() {
