@@ -256,7 +256,7 @@ func (l *Locker) resultsInto(out []NodeResult, tally quorum.Tally[Outcome], t *l
 			// node's dial met where that is known.
 			err = l.nodes[i].dials.withDialCause(asNoReply(err), l.dialWindow(tally.Late))
 		}
-		out[i] = NodeResult{Node: i, Name: l.nodes[i].name, Outcome: v.Value, Err: err, Latency: t.of(i)}
+		out[i] = NodeResult{Node: i, Name: l.nodes[i].name, Outcome: v.Value, Err: err, Latency: repliedIn(v, t, i)}
 		switch {
 		case errors.Is(v.Err, errNotWaitedFor):
 			out[i].Outcome = Unanswered // a Lock's attempt stopped waiting for it (yielding)
@@ -277,11 +277,23 @@ func (l *Locker) nodeResultsOf(err error, tally quorum.Tally[Outcome], t *latenc
 		out := t.eventNodes(len(e.Nodes))
 		copy(out, e.Nodes)
 		for i := range out {
-			out[i].Latency = t.of(i)
+			out[i].Latency = repliedIn(tally.Votes[i], t, i)
 		}
 		return out
 	}
 	return l.resultsInto(t.eventNodes(len(tally.Votes)), tally, t, nil)
+}
+
+// repliedIn is node i's latency in a decided round, timed by t: 0 where
+// its reply was not part of the decision. A reply that came after the
+// decision, while the event was being made, is timed too, but it is not
+// this round's: reported, it would read as a node slower than the whole
+// operation.
+func repliedIn(v quorum.Vote[Outcome], t *latencies, i int) time.Duration {
+	if !v.Replied {
+		return 0
+	}
+	return t.of(i)
 }
 
 // eventNodes is storage for the Nodes of the one event about t's round:

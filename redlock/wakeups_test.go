@@ -119,6 +119,13 @@ func TestReleaseBeforeTheSubscriptionIsNotMissed(t *testing.T) {
 				if err := held.Unlock(context.Background()); err != nil {
 					t.Error(err)
 				}
+				// Every node's release lands before the Listen: Unlock
+				// returns once a majority's has, and a release that
+				// reached a node after its subscription would wake the
+				// control's waiter.
+				if err := a.Drain(context.Background()); err != nil {
+					t.Error(err)
+				}
 			})()
 			err := <-lockSoon(t, b, "job", 2*time.Second)
 			if retry {
