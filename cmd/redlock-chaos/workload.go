@@ -168,24 +168,26 @@ func (c *client) run(ctx context.Context) {
 // Do, whose work lasts longer than the TTL so that its extensions keep the
 // lease.
 func (c *client) cycle(ctx context.Context) {
-	lctx, cancel := context.WithTimeout(ctx, 3*c.cfg.ttl)
-	defer cancel()
 	keys := []int{c.rng.IntN(c.cfg.keys)}
-	kind := 0
+	shape := "" // Lock
 	if c.cfg.mixed {
-		kind = c.rng.IntN(4) // one in four multi-key, one in four Do
+		shape = [...]string{"", "multi", "do", ""}[c.rng.IntN(4)]
 	}
-	if kind == 1 && c.cfg.keys >= 2 {
-		keys = append(keys, (keys[0]+1+c.rng.IntN(c.cfg.keys-1))%c.cfg.keys)
-	}
-	if kind == 2 {
+	switch {
+	case shape == "do":
 		// Do's context bounds its wait and its function alike: the wait
 		// gets what Lock's does, and the function its three holds.
 		dctx, cancel := context.WithTimeout(ctx, 3*c.cfg.ttl+3*c.cfg.hold)
 		defer cancel()
 		c.doCycle(ctx, dctx, keys[0])
 		return
+	case shape == "multi" && c.cfg.keys >= 2:
+		keys = append(keys, (keys[0]+1+c.rng.IntN(c.cfg.keys-1))%c.cfg.keys)
+	default:
+		shape = ""
 	}
+	lctx, cancel := context.WithTimeout(ctx, 3*c.cfg.ttl)
+	defer cancel()
 	names := make([]string, len(keys))
 	for i, k := range keys {
 		names[i] = lockName(k)
@@ -206,10 +208,6 @@ func (c *client) cycle(ctx context.Context) {
 			c.hist.failed("lock", err)
 		}
 		return
-	}
-	shape := ""
-	if len(keys) > 1 {
-		shape = "multi"
 	}
 	records := c.record(lease, keys, call, shape)
 	defer func() {
