@@ -15,7 +15,6 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/redlock/redlock/internal/faultnet"
 	"github.com/redlock/redlock/internal/redistest"
@@ -351,14 +350,10 @@ func inVirtualTime(t *testing.T, f func(t *testing.T)) {
 
 // newVirtualCluster is newCluster for a test in virtual time (call it
 // inside inVirtualTime's function): n miniredis servers that the clients
-// reach over in-memory pipes (miniredis's Dial), whose keys expire on the
-// bubble's clock (ClockTTL), so that a test that waits out TTLs and
-// quarantines takes no wall time. The clients' options avoid what cannot
-// run in a bubble: a host name to resolve (an IP literal), endpoint
-// detection, and a pool small enough that a Get waits for a connection
-// (its timer comes from a pool go-redis shares across bubbles). The
-// servers run their scripts as redistest.Miniredis's do, under FIPS-only
-// mode too. Everything closes when t ends,
+// reach over in-memory pipes (redistest.Dial, which hosts their scripts
+// as redistest.Miniredis does, under FIPS-only mode too), whose keys
+// expire on the bubble's clock (ClockTTL), so that a test that waits out
+// TTLs and quarantines takes no wall time. Everything closes when t ends,
 // inside the bubble.
 func newVirtualCluster(t *testing.T, n int) *cluster {
 	t.Helper()
@@ -368,14 +363,7 @@ func newVirtualCluster(t *testing.T, n int) *cluster {
 		m.ClockTTL(true)
 		t.Cleanup(m.Close)
 		trust(m)
-		cl := redis.NewClient(&redis.Options{
-			Addr:                     fmt.Sprintf("10.0.1.%d:6379", i+1),
-			Dialer:                   func(context.Context, string, string) (net.Conn, error) { return redistest.Dial(m) },
-			MaxRetries:               -1,
-			PoolSize:                 1 << 10,
-			DisableIdentity:          true,
-			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-		})
+		cl := redis.NewClient(redistest.BubbleOptions(fmt.Sprintf("10.0.1.%d:6379", i+1), func() (net.Conn, error) { return redistest.Dial(m) }, -1))
 		t.Cleanup(func() { cl.Close() })
 		c.servers = append(c.servers, m)
 		c.clients = append(c.clients, cl)

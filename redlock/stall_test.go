@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock/redlock/internal/fakeredis"
+	"github.com/redlock/redlock/internal/redistest"
 	"github.com/redlock/redlock/quorum"
 	"github.com/redlock/redlock/redlock"
 )
@@ -72,17 +72,12 @@ func newMemNet(n int) (*memNet, []redlock.Node, func()) {
 	nodes := make([]redlock.Node, n)
 	clients := make([]*redis.Client, n)
 	for i := range n {
-		clients[i] = redis.NewClient(&redis.Options{
-			Addr:       fmt.Sprintf("10.0.0.%d:6379", i+1), // an IP: a name would be resolved, outside the bubble
-			MaxRetries: -1,
-			// Nor any endpoint detection: nothing but the lock's traffic.
-			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-			Dialer: func(context.Context, string, string) (net.Conn, error) {
-				client, server := net.Pipe()
-				go fakeredis.Serve(server)
-				return &memConn{Conn: client, net: m, i: i}, nil
-			},
-		})
+		dial := func() (net.Conn, error) {
+			client, server := net.Pipe()
+			go fakeredis.Serve(server)
+			return &memConn{Conn: client, net: m, i: i}, nil
+		}
+		clients[i] = redis.NewClient(redistest.BubbleOptions(fmt.Sprintf("10.0.0.%d:6379", i+1), dial, -1))
 		nodes[i] = clients[i]
 	}
 	closeAll := func() {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"runtime"
 	"slices"
 	"sync"
@@ -15,10 +14,10 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/redlock/redlock/clock"
 	"github.com/redlock/redlock/fence"
+	"github.com/redlock/redlock/internal/redistest"
 	"github.com/redlock/redlock/internal/unsafelocker"
 	"github.com/redlock/redlock/redlock"
 )
@@ -217,26 +216,6 @@ func (d *simDeployment) strike(ctx context.Context, f *fault, i int) error {
 	return nil
 }
 
-// simClientOptions are a go-redis client's, connected to a simulated
-// server by dial. addr names the server (Lockers tell nodes apart by it):
-// an IP literal, which go-redis never looks up (a lookup would leave the
-// bubble); nothing listens there. Maintenance notifications are off (a
-// feature of Redis Enterprise and Redis Cloud), and so is CLIENT SETINFO
-// on each new connection. The pool is large enough that no command ever
-// waits for a connection: go-redis keeps the timers of that wait in a
-// sync.Pool shared by the process, and a timer made in one bubble may not
-// be used in another.
-func simClientOptions(addr string, dial func() (net.Conn, error), retries int) *redis.Options {
-	return &redis.Options{
-		Addr:                     addr,
-		Dialer:                   func(context.Context, string, string) (net.Conn, error) { return dial() },
-		MaxRetries:               retries,
-		PoolSize:                 1 << 12,
-		DisableIdentity:          true,
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-	}
-}
-
 // simulate runs one schedule on simulated nodes in a synctest bubble of
 // t's, then judges it (porcupine outside the bubble: its search is work,
 // not waiting, and its time bound must be the wall clock's).
@@ -267,7 +246,7 @@ func simulateInBubble(ctx context.Context, cfg config) (*result, *history, []int
 		}
 		d.resource.Close()
 	}()
-	rc := redis.NewClient(simClientOptions("127.0.2.1:6379", d.resource.Dial, -1))
+	rc := redis.NewClient(redistest.BubbleOptions("127.0.2.1:6379", d.resource.Dial, -1))
 	clients = append(clients, rc)
 	store := &resources{kind: "redis", redis: &redisResource{client: rc}}
 	if cfg.safe && !cfg.sim.noFencing {
@@ -302,7 +281,9 @@ func simulateInBubble(ctx context.Context, cfg config) (*result, *history, []int
 		o.Clock = clk
 		var nodes []redlock.Node
 		for _, n := range d.nodes {
-			c := redis.NewClient(simClientOptions(fmt.Sprintf("127.0.1.%d:6379", n.id+1), n.dial, retries))
+			// The address names the node (Lockers tell nodes apart by
+			// it); nothing listens there.
+			c := redis.NewClient(redistest.BubbleOptions(fmt.Sprintf("127.0.1.%d:6379", n.id+1), n.dial, retries))
 			clients = append(clients, c)
 			nodes = append(nodes, c)
 		}

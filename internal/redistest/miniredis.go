@@ -9,6 +9,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // Miniredis starts a miniredis server for t (closed when t ends), hosted
@@ -52,6 +53,26 @@ func Dial(m *miniredis.Miniredis) (net.Conn, error) {
 	var err error
 	fips140.WithoutEnforcement(func() { c, err = m.Dial() })
 	return c, err
+}
+
+// BubbleOptions are a go-redis client's options for a testing/synctest
+// bubble, where its node is reached through dial (an in-memory connection)
+// and retries are as given: an IP literal address (a name would be
+// resolved outside the bubble), no maintenance notifications (a feature
+// of Redis Enterprise and Redis Cloud) and no CLIENT SETINFO (nothing but
+// the test's traffic), and a pool so large that no command ever waits for
+// a connection: go-redis keeps the timers of that wait in a sync.Pool
+// shared by the process, and a timer made in one bubble may not be used
+// in another.
+func BubbleOptions(addr string, dial func() (net.Conn, error), retries int) *redis.Options {
+	return &redis.Options{
+		Addr:                     addr,
+		Dialer:                   func(context.Context, string, string) (net.Conn, error) { return dial() },
+		MaxRetries:               retries,
+		PoolSize:                 1 << 12,
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	}
 }
 
 // returnOneDigest is the SHA-1 of "return 1", as Redis names that script.
