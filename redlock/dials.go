@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/redis/go-redis/v9"
 
@@ -47,26 +49,51 @@ func (r *dialRecord) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 }
 
 // hooker is a client that takes go-redis hooks: *redis.Client,
-// *redis.ClusterClient (each shard's client), *redis.Ring.
+// *redis.ClusterClient (each shard's client), *redis.Ring, or a type that
+// wraps one.
 type hooker interface{ AddHook(redis.Hook) }
 
-// dialRecords holds one record per client ever given to New, so that a
-// client shared by many Lockers carries one hook, not one per Locker.
-var dialRecords sync.Map // hooker -> *dialRecord
+// dialRecords holds one record per go-redis client given to New, so that a
+// client shared by many Lockers carries one hook, not one per Locker. The
+// keys are weak pointers and each entry goes when its client is reclaimed
+// (a cleanup added with the hook), so a program that makes a client and a
+// Locker per request does not keep every client it ever made.
+var dialRecords sync.Map // weak.Pointer[redis.Client | redis.ClusterClient | redis.Ring] -> *dialRecord
 
 // dialRecordOf returns n's record, adding the hook to n on first use; nil
-// for a Node that takes no hooks.
+// for a Node that takes no hooks. Another type that takes hooks (a
+// wrapper of a go-redis client) gets a hook per Locker, which lives as long
+// as the wrapper does.
 func dialRecordOf(n Node) *dialRecord {
-	h, ok := n.(hooker)
-	if !ok {
-		return nil
+	switch c := n.(type) {
+	case *redis.Client:
+		return sharedDialRecord(c)
+	case *redis.ClusterClient:
+		return sharedDialRecord(c)
+	case *redis.Ring:
+		return sharedDialRecord(c)
+	case hooker:
+		r := new(dialRecord)
+		c.AddHook(r)
+		return r
 	}
-	if r, ok := dialRecords.Load(h); ok {
+	return nil
+}
+
+// sharedDialRecord is dialRecordOf for a go-redis client: the record the
+// client's earlier Lockers share, or a new one, hooked once.
+func sharedDialRecord[C any, P interface {
+	*C
+	hooker
+}](c P) *dialRecord {
+	key := weak.Make((*C)(c))
+	if r, ok := dialRecords.Load(key); ok {
 		return r.(*dialRecord)
 	}
-	r, loaded := dialRecords.LoadOrStore(h, new(dialRecord))
+	r, loaded := dialRecords.LoadOrStore(key, new(dialRecord))
 	if !loaded {
-		h.AddHook(r.(*dialRecord))
+		c.AddHook(r.(*dialRecord))
+		runtime.AddCleanup((*C)(c), func(key weak.Pointer[C]) { dialRecords.Delete(key) }, key)
 	}
 	return r.(*dialRecord)
 }

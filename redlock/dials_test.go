@@ -2,10 +2,13 @@ package redlock_test
 
 import (
 	"net"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
+	"weak"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -147,4 +150,48 @@ func TestNodeErrorsCarryTheAuthFailure(t *testing.T) {
 			assert.GreaterOrEqual(t, failed, 2)
 		}
 	})
+}
+
+// A go-redis client given to New carries one dial record while it lives,
+// and the record goes when the client is reclaimed, so that a program that
+// makes a client and a Locker per request does not keep every client it
+// ever made. The control is the record of a client still in use.
+func TestDialRecordsGoWithTheirClients(t *testing.T) {
+	m := miniredis.RunT(t)
+	trust(m)
+	kept := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer kept.Close()
+	_, err := redlock.New([]redlock.Node{kept}, nil)
+	require.NoError(t, err)
+	var dropped []weak.Pointer[redis.Client]
+	for range 20 {
+		cl := redis.NewClient(&redis.Options{Addr: m.Addr()})
+		for range 2 { // two Lockers on one client: one record
+			l, err := redlock.New([]redlock.Node{cl}, nil)
+			require.NoError(t, err)
+			lease, err := l.TryLock(t.Context(), "k", time.Second)
+			require.NoError(t, err)
+			require.NoError(t, lease.Unlock(t.Context()))
+			require.NoError(t, l.Drain(t.Context()))
+		}
+		require.True(t, redlock.DialRecorded(weak.Make(cl)), "a client in use has its record")
+		require.NoError(t, cl.Close())
+		dropped = append(dropped, weak.Make(cl))
+	}
+	recorded := func() (n int) {
+		for _, p := range dropped {
+			if redlock.DialRecorded(p) {
+				n++
+			}
+		}
+		return n
+	}
+	// Cleanups run on their own goroutine after a GC; bounded for a loaded machine.
+	for deadline := time.Now().Add(30 * time.Second); recorded() > 0 && time.Now().Before(deadline); {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	assert.Zero(t, recorded(), "records of clients reclaimed")
+	assert.True(t, redlock.DialRecorded(weak.Make(kept)), "the client in use keeps its record")
+	runtime.KeepAlive(kept)
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -141,11 +140,10 @@ func (l *Locker) fence(ctx context.Context, req request, value string, c1 wire.C
 		}
 		lagging = lagging || atT < tally.Need
 	}
-	mode := phase2Mode.Load()
-	if mode == phase2Never {
+	if l.opts.unsafe.NoFencingPhase2 { // a test's control (internal/unsafelocker)
 		return token, tokens, false, nil
 	}
-	if !lagging && mode != phase2Always {
+	if !lagging && !l.opts.unsafe.AlwaysFencingPhase2 {
 		// The fast path: t is on a majority already, and the acquisition
 		// does not wait for more. The token is recorded beside the counter
 		// on the node (or nodes, one per key) whose counter gave t, unawaited,
@@ -232,18 +230,6 @@ func readRecorded(_ *ballot, _ int, cmd *redis.Cmd) (Outcome, error) {
 	}
 	return Granted, nil
 }
-
-// phase2Mode, where set, overrides fence's choice: phase2Always runs phase
-// 2 on every fenced acquisition (the fast path off), phase2Never never
-// (the maximum alone: unsafe, the control of the schedule tests). Only
-// tests set it (export_test.go).
-var phase2Mode atomic.Int32
-
-const (
-	phase2Fast int32 = iota
-	phase2Always
-	phase2Never
-)
 
 // fencedIn is a fenced acquisition's Event.Detail, by whether phase 2 ran.
 func fencedIn(phase2 bool) string {

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlock/redlock/internal/unsafelocker"
 	"github.com/redlock/redlock/redlock"
 )
 
@@ -285,14 +286,14 @@ type mixed struct {
 // lease of it and one or two other keys, or a multi-key lease of other
 // keys only (which shares the others' counters); held for a random pause,
 // sometimes past its validity, then unlocked.
-func runMixedSchedule(nodesOf mixNodes, key string, seed uint64, scale time.Duration, vanish bool) ([]mixed, *mixState, error) {
+func runMixedSchedule(nodesOf mixNodes, key string, seed uint64, scale time.Duration, hooks unsafelocker.Hooks, vanish bool) ([]mixed, *mixState, error) {
 	others := []string{key + ":x", key + ":y"}
 	var mu sync.Mutex
 	st := &mixState{key: key, mu: &mu, rnd: rand.New(rand.NewPCG(seed, 0)), scale: scale, vanish: vanish, unsure: map[string]bool{}, unsureNodes: map[int]bool{}}
 	var got []mixed
 	var wg sync.WaitGroup
 	for k := range 3 {
-		l, err := redlock.New(nodesOf(k, st), &redlock.Options{Fencing: true, NodeTimeout: 10 * time.Millisecond * scale, NoWakeUps: true, Observer: st})
+		l, err := redlock.New(nodesOf(k, st), withHooks(&redlock.Options{Fencing: true, NodeTimeout: 10 * time.Millisecond * scale, NoWakeUps: true, Observer: st}, hooks))
 		if err != nil {
 			return nil, nil, err
 		}
@@ -409,7 +410,7 @@ func checkNothingLeft(c *cluster, st *mixState, seed uint64) error {
 // exploreMixed runs seeds (see eachSeed for how many), parallel at a
 // time, with counters preset (counterPresets) for the schedule's key
 // (prefix:seed) and, shifted, for the others, and returns what it saw.
-func exploreMixed(c *cluster, prefix string, runs, parallel int, newWorker func() mixNodes, scale time.Duration, vanish bool, enough func(explored) bool) explored {
+func exploreMixed(c *cluster, prefix string, runs, parallel int, newWorker func() mixNodes, scale time.Duration, hooks unsafelocker.Hooks, vanish bool, enough func(explored) bool) explored {
 	var mu sync.Mutex
 	var seen explored
 	seen.seeds = eachSeed(runs, parallel, newWorker, func(nodes mixNodes, seed uint64) {
@@ -417,7 +418,7 @@ func exploreMixed(c *cluster, prefix string, runs, parallel int, newWorker func(
 		presetCounters(c.servers, key, seed)
 		presetCounters(c.servers, key+":x", seed+1)
 		presetCounters(c.servers, key+":y", seed+2)
-		got, st, err := runMixedSchedule(nodes, key, seed, scale, vanish)
+		got, st, err := runMixedSchedule(nodes, key, seed, scale, hooks, vanish)
 		if err == nil {
 			err = checkOrder(seed, key, got)
 		}
@@ -476,8 +477,8 @@ func TestMixedSingleAndMultiKeyTokensKeepOrder(t *testing.T) {
 	for name, worker := range mixTransports(t, c) {
 		for _, mode := range []string{"fast", "always"} {
 			t.Run(name+"/"+mode, func(t *testing.T) {
-				defer redlock.FencingPhase2(mode)()
-				got := exploreMixed(c, "order/"+name+"/"+mode, runs, parallel, worker, scale, true, func(e explored) bool { return e.multi > runs/10 })
+				hooks := unsafelocker.Hooks{AlwaysFencingPhase2: mode == "always"}
+				got := exploreMixed(c, "order/"+name+"/"+mode, runs, parallel, worker, scale, hooks, true, func(e explored) bool { return e.multi > runs/10 })
 				t.Logf("%d seeded schedules, %d acquisitions of the key checked, %d of them multi-key", got.seeds, got.acquired, got.multi)
 				for _, f := range got.failed {
 					t.Error(f)
@@ -497,9 +498,7 @@ func TestMixedSchedulesWithoutPhaseTwoBreakOrder(t *testing.T) {
 		runs, parallel, scale = 40, 8, 8
 	}
 	c := mixedCluster(t)
-	restore := redlock.FencingPhase2("never")
-	got := exploreMixed(c, "control", runs, parallel, mixTransports(t, c)["direct"], scale, true, func(e explored) bool { return len(e.failed) > 0 })
-	restore()
+	got := exploreMixed(c, "control", runs, parallel, mixTransports(t, c)["direct"], scale, unsafelocker.Hooks{NoFencingPhase2: true}, true, func(e explored) bool { return len(e.failed) > 0 })
 	t.Logf("without phase 2: %d of %d schedules broke Order or Uniqueness; the first: %s", len(got.failed), got.seeds, strings.Join(got.failed[:min(1, len(got.failed))], ""))
 	require.NotEmpty(t, got.failed)
 }
@@ -515,7 +514,7 @@ func TestMixedSingleAndMultiKeyLeasesExclude(t *testing.T) {
 	c := mixedCluster(t)
 	for name, worker := range mixTransports(t, c) {
 		t.Run(name, func(t *testing.T) {
-			got := exploreMixed(c, "exclusion/"+name, runs, parallel, worker, scale, false, func(e explored) bool { return e.acquired > runs })
+			got := exploreMixed(c, "exclusion/"+name, runs, parallel, worker, scale, unsafelocker.Hooks{}, false, func(e explored) bool { return e.acquired > runs })
 			t.Logf("%d seeded schedules, %d acquisitions checked, %d multi-key with the key", got.seeds, got.acquired, got.multi)
 			for _, f := range got.failed {
 				t.Error(f)

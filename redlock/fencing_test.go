@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlock/redlock/internal/unsafelocker"
 	"github.com/redlock/redlock/redlock"
 )
 
@@ -335,9 +336,7 @@ func TestFencingWithoutPhaseTwoBreaksOrder(t *testing.T) {
 			})
 		}
 	}
-	restore := redlock.FencingPhase2("never")
-	got := exploreSchedules(c.servers, runs, parallel, direct, scale, func(e explored) bool { return len(e.failed) > 0 })
-	restore()
+	got := exploreSchedules(c.servers, runs, parallel, direct, scale, unsafelocker.Hooks{NoFencingPhase2: true}, func(e explored) bool { return len(e.failed) > 0 })
 	t.Logf("without phase 2: %d of %d schedules broke Order or Uniqueness; the first: %s", len(got.failed), got.seeds, strings.Join(got.failed[:min(1, len(got.failed))], ""))
 	require.NotEmpty(t, got.failed, "the maximum alone must break Order in some schedule (the control)")
 }
@@ -349,7 +348,7 @@ type scheduleNodes func(k int, s *chaos) []redlock.Node
 // runSchedules runs seeds 1..runs, parallel at a time, on servers; each
 // worker gets its nodes from newWorker. Every violation fails t.
 func runSchedules(t *testing.T, servers []*miniredis.Miniredis, runs, parallel int, newWorker func() scheduleNodes, scale time.Duration) {
-	got := exploreSchedules(servers, runs, parallel, newWorker, scale, func(e explored) bool { return e.acquired > runs/10 })
+	got := exploreSchedules(servers, runs, parallel, newWorker, scale, unsafelocker.Hooks{}, func(e explored) bool { return e.acquired > runs/10 })
 	t.Logf("explored %d seeded schedules (seeds 1..%d, counters %s by turns); %d successful acquisitions checked", got.seeds, got.seeds, strings.Join(counterPresets, ", "), got.acquired)
 	for _, f := range got.failed {
 		t.Error(f)
@@ -397,12 +396,12 @@ type explored struct {
 
 // exploreSchedules runs seeds as runSchedules does (see eachSeed for how
 // many), and returns what it saw.
-func exploreSchedules(servers []*miniredis.Miniredis, runs, parallel int, newWorker func() scheduleNodes, scale time.Duration, enough func(explored) bool) explored {
+func exploreSchedules(servers []*miniredis.Miniredis, runs, parallel int, newWorker func() scheduleNodes, scale time.Duration, hooks unsafelocker.Hooks, enough func(explored) bool) explored {
 	var mu sync.Mutex
 	var got explored
 	got.seeds = eachSeed(runs, parallel, newWorker, func(nodes scheduleNodes, seed uint64) {
 		presetCounters(servers, fmt.Sprintf("sched:%d", seed), seed)
-		n, err := runSchedule(nodes, seed, scale)
+		n, err := runSchedule(nodes, seed, scale, hooks)
 		mu.Lock()
 		defer mu.Unlock()
 		got.acquired += n
@@ -457,7 +456,7 @@ func eachSeed[W any](runs, parallel int, newWorker func() W, run func(w W, seed 
 
 // runSchedule runs the schedule of one seed and checks its acquisitions.
 // Every duration is multiplied by scale.
-func runSchedule(nodesOf scheduleNodes, seed uint64, scale time.Duration) (int, error) {
+func runSchedule(nodesOf scheduleNodes, seed uint64, scale time.Duration, hooks unsafelocker.Hooks) (int, error) {
 	type acquisition struct {
 		start, end time.Time
 		token      uint64
@@ -469,7 +468,7 @@ func runSchedule(nodesOf scheduleNodes, seed uint64, scale time.Duration) (int, 
 	var got []acquisition
 	var wg sync.WaitGroup
 	for k := range 3 {
-		l, err := redlock.New(nodesOf(k, state), &redlock.Options{Fencing: true, NodeTimeout: 10 * time.Millisecond * scale})
+		l, err := redlock.New(nodesOf(k, state), withHooks(&redlock.Options{Fencing: true, NodeTimeout: 10 * time.Millisecond * scale}, hooks))
 		if err != nil {
 			return 0, err
 		}
@@ -775,7 +774,6 @@ func TestFencedAcquisitionsTakeOneRoundTripWhenCountersAgree(t *testing.T) {
 // (the scripts that write token records) must both be recognized, and
 // nothing else, or those faults would silently stop being injected.
 func TestScheduleFaultsRecognizePhaseTwo(t *testing.T) {
-	defer redlock.FencingPhase2("always")()
 	c := newCluster(t, 3)
 	var mu sync.Mutex
 	recognized := map[int]int{} // phase 2's scripts recognized, by the lease's key count
@@ -794,7 +792,7 @@ func TestScheduleFaultsRecognizePhaseTwo(t *testing.T) {
 			}
 			return nil
 		}}
-	}), &redlock.Options{Fencing: true})
+	}), withHooks(&redlock.Options{Fencing: true}, unsafelocker.Hooks{AlwaysFencingPhase2: true}))
 	one, err := l.TryLock(t.Context(), "k", time.Minute)
 	require.NoError(t, err)
 	multi, err := l.TryLockMulti(t.Context(), []string{"a", "b"}, time.Minute)

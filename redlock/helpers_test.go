@@ -18,6 +18,7 @@ import (
 
 	"github.com/redlock/redlock/internal/faultnet"
 	"github.com/redlock/redlock/internal/redistest"
+	"github.com/redlock/redlock/internal/unsafelocker"
 	"github.com/redlock/redlock/redlock"
 )
 
@@ -154,6 +155,18 @@ func withTransport(opts *redlock.Options) *redlock.Options {
 	if os.Getenv("REDLOCK_TEST_TRANSPORT") == "direct" {
 		o.NoAutoPipeline = true
 	}
+	return &o
+}
+
+// withHooks is a copy of opts (nil: the defaults) whose Lockers skip the
+// steps h names or act where it says (internal/unsafelocker): the
+// package's controls, one Locker at a time.
+func withHooks(opts *redlock.Options, h unsafelocker.Hooks) *redlock.Options {
+	o := redlock.Options{}
+	if opts != nil {
+		o = *opts
+	}
+	unsafelocker.Set(&o, h)
 	return &o
 }
 

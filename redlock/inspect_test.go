@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlock/redlock/internal/unsafelocker"
 	"github.com/redlock/redlock/quorum"
 	"github.com/redlock/redlock/redlock"
 )
@@ -454,7 +455,7 @@ func TestInspectShowsTheTokenTheHolderSees(t *testing.T) {
 	c := newCluster(t, 5)
 	rec := &recorder{}
 	var late atomic.Pointer[chan struct{}] // node 4's phase 1 waits until it is closed
-	l := newLocker(t, c.nodes(func(i int, n redlock.Node) redlock.Node {
+	nodes := c.nodes(func(i int, n redlock.Node) redlock.Node {
 		return &hookNode{Node: n, beforeScript: func(ctx context.Context, keys []string, args []any) error {
 			if i == 4 && len(keys) >= 2 && strings.HasSuffix(keys[len(keys)-1], ":fencing") { // phase 1
 				if gate := late.Load(); gate != nil {
@@ -466,7 +467,9 @@ func TestInspectShowsTheTokenTheHolderSees(t *testing.T) {
 			}
 			return nil
 		}}
-	}), &redlock.Options{Fencing: true, NodeTimeout: 5 * time.Second, Observer: rec})
+	})
+	opts := &redlock.Options{Fencing: true, NodeTimeout: 5 * time.Second, Observer: rec}
+	l := newLocker(t, nodes, opts)
 	// acquire takes the lease with node 4 answering only once the
 	// acquisition has been decided.
 	acquire := func(keys ...string) *redlock.Lease {
@@ -550,10 +553,11 @@ func TestInspectShowsTheTokenTheHolderSees(t *testing.T) {
 	// The control: without the record (phase 2 never sent), Inspect has
 	// no token to show.
 	t.Run("without the record", func(t *testing.T) {
-		defer redlock.FencingPhase2("never")()
+		never := newLocker(t, nodes, withHooks(opts, unsafelocker.Hooks{NoFencingPhase2: true}))
 		setCounters("k", 59, 59, 59, 59, 100)
-		lease, err := l.TryLock(ctx, "k", time.Minute)
+		lease, err := never.TryLock(ctx, "k", time.Minute)
 		require.NoError(t, err)
+		drain(t, never)
 		token, _ := inspectToken("k")
 		assert.Zero(t, token, "no phase 2, no record: the token %d is nowhere on the nodes", lease.Token())
 		require.NoError(t, lease.Unlock(ctx))

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlock/redlock/internal/unsafelocker"
 	"github.com/redlock/redlock/redlock"
 )
 
@@ -44,13 +45,11 @@ func TestTurnsGoRoundAcrossLockers(t *testing.T) {
 	for _, lines := range []bool{true, false} {
 		name := map[bool]string{true: "lines", false: "control-no-lines"}[lines]
 		t.Run(name, func(t *testing.T) {
-			if !lines {
-				defer redlock.NoLines()()
-			}
 			c := newCluster(t, 3)
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
-			holder := newLocker(t, c.nodes(nil), patient)
+			hooks := unsafelocker.Hooks{NoLines: !lines}
+			holder := newLocker(t, c.nodes(nil), withHooks(patient, hooks))
 			held, err := holder.TryLock(ctx, "job", time.Minute)
 			require.NoError(t, err)
 			counts := make([]*attempts, waiters)
@@ -61,7 +60,7 @@ func TestTurnsGoRoundAcrossLockers(t *testing.T) {
 			defer wg.Wait()
 			for i := range ls {
 				counts[i] = &attempts{}
-				ls[i] = newLocker(t, c.nodes(nil), &redlock.Options{RetryDelay: time.Minute, RetryJitter: time.Millisecond, Observer: counts[i]})
+				ls[i] = newLocker(t, c.nodes(nil), withHooks(&redlock.Options{RetryDelay: time.Minute, RetryJitter: time.Millisecond, Observer: counts[i]}, hooks))
 				release[i] = make(chan struct{})
 				wg.Add(1)
 				go func() {

@@ -213,10 +213,10 @@ func (l *Locker) Lock(ctx context.Context, key string, ttl time.Duration) (*Leas
 		case listen == nil:
 			// The first attempt found the key taken: listen, and try again
 			// once listening, so that no release after that try is missed.
-			if f := beforeListen.Load(); f != nil {
-				(*f)()
+			if f := l.opts.unsafe.BeforeListen; f != nil {
+				f() // a test's point to act (internal/unsafelocker)
 			}
-			if listen = l.notices.Listen(key); listen != nil && tries.split == 0 && !noRetryAfterListen.Load() {
+			if listen = l.notices.Listen(key); listen != nil && tries.split == 0 && !l.opts.unsafe.NoRetryAfterListen {
 				ready = true
 			}
 		case joined.IsZero() || l.opts.Clock.Now().Sub(joined) > lineTTL/3:
@@ -364,19 +364,6 @@ func (l *Locker) awaitTurn(ctx context.Context, key string, w *waitq.Waiter, pol
 	}
 }
 
-// beforeListen, where set, runs between Lock's first failed attempt and
-// its Listen; noRetryAfterListen skips the attempt that follows the
-// Listen. Both are for the lost-wake-up test and its control
-// (export_test.go), never set otherwise.
-var (
-	beforeListen       atomic.Pointer[func()]
-	noRetryAfterListen atomic.Bool
-)
-
-// splitBackoffOff turns splitBackoff off: the control of the livelock test
-// (export_test.go), never set otherwise.
-var splitBackoffOff atomic.Bool
-
 // splitBackoff is the extra wait after split attempts lost in a row, each
 // of which some nodes granted but no majority: contenders that each won a
 // minority (a slow node holding every attempt back, say) fall out of step
@@ -384,7 +371,7 @@ var splitBackoffOff atomic.Bool
 // as a random delay up to RetryJitter (or RetryDelay) times 2^split,
 // capped at 2^5.
 func (l *Locker) splitBackoff(split int) time.Duration {
-	if split == 0 || splitBackoffOff.Load() {
+	if split == 0 || l.opts.unsafe.NoSplitBackoff { // the latter: a test's control
 		return 0
 	}
 	unit := max(l.opts.RetryJitter, l.opts.RetryDelay)

@@ -185,7 +185,8 @@ type Options struct {
 	Owner string
 
 	// unsafe are the steps of the algorithm the simulator's negative
-	// controls skip (internal/unsafelocker); zero everywhere else.
+	// controls and the package's tests skip, and its tests' points to act
+	// (internal/unsafelocker); zero everywhere else.
 	unsafe unsafelocker.Hooks
 }
 

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -144,7 +143,7 @@ func (l *Locker) TrustNewNodes(ctx context.Context) (bool, error) {
 	for i, n := range l.nodes {
 		wg.Go(func() {
 			var err error
-			if unconditionalTrust.Load() { // the control of the tests: trust what the check saw, changed or not
+			if l.opts.unsafe.UnconditionalTrust { // the control of the tests: trust what the check saw, changed or not
 				trusted[i], err = true, guard.Trust(ctx, n.Node, l.opts.MaxTTL, l.opts.WaitReplicas)
 			} else {
 				trusted[i], err = guard.TrustIf(ctx, n.Node, l.opts.MaxTTL, l.opts.WaitReplicas, seen[i])
@@ -169,11 +168,6 @@ func (l *Locker) TrustNewNodes(ctx context.Context) (bool, error) {
 // node: its markers are per hash slot, and no check of 16,384 of them
 // could be made again at the trust's moment as cheaply as one marker's.
 var errClusterTrustedByHand = errors.New("a Redis Cluster node is not trusted by TrustNewNodes: trust it by hand once it is known to hold no locks (redlock-admin trust -yes, or Locker.TrustNodes)")
-
-// unconditionalTrust, where set, makes TrustNewNodes trust every node it
-// checked whatever happened since: the unsafe control of the tests of its
-// conditional trust. Only tests set it (export_test.go).
-var unconditionalTrust atomic.Bool
 
 // maxKeysScanned bounds how many keys holdsLeaseKeys reads on a node: a
 // node with more is in use.

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock/redlock/clock"
+	"github.com/redlock/redlock/internal/unsafelocker"
 	"github.com/redlock/redlock/redlock"
 )
 
@@ -179,9 +180,6 @@ func TestTrustNewNodesDoesNotTrustANodeThatChangedSinceItsCheck(t *testing.T) {
 	} {
 		control := tc.control
 		t.Run(tc.name, func(t *testing.T) {
-			if control {
-				defer redlock.TrustNewNodesUnconditionally()()
-			}
 			ctx := t.Context()
 			c := freshCluster(t, 3)
 			reached, release := make(chan struct{}), make(chan struct{})
@@ -190,7 +188,7 @@ func TestTrustNewNodesDoesNotTrustANodeThatChangedSinceItsCheck(t *testing.T) {
 					return n
 				}
 				return &trustGate{Node: n, before: func() { close(reached); <-release }}
-			}), &redlock.Options{NoQuarantine: tc.noQuarantine})
+			}), withHooks(&redlock.Options{NoQuarantine: tc.noQuarantine}, unsafelocker.Hooks{UnconditionalTrust: control}))
 			type result struct {
 				trusted bool
 				err     error

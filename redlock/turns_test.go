@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redlock/redlock/internal/unsafelocker"
 	"github.com/redlock/redlock/quorum"
 	"github.com/redlock/redlock/redlock"
 )
@@ -180,7 +181,7 @@ func TestReleaseBetweenAttemptAndWaitIsNotMissed(t *testing.T) {
 // slow-WAIT scenario is; see docs/performance.md), so only the steady
 // grants with the backoff are required.
 func TestSplitVotesKeepGrantingLeases(t *testing.T) {
-	run := func(t *testing.T) (granted int) {
+	run := func(t *testing.T, hooks unsafelocker.Hooks) (granted int) {
 		c := newCluster(t, 3)
 		// Node 0 answers Locker "a" at once and "b" 3ms late, node 1 the
 		// reverse; node 2 fails every SET after 30ms, as a replicated node
@@ -207,7 +208,7 @@ func TestSplitVotesKeepGrantingLeases(t *testing.T) {
 			}}
 		})
 		opts := func(owner string) *redlock.Options {
-			return &redlock.Options{Owner: owner, RetryDelay: 5 * time.Millisecond, RetryJitter: 0, NodeTimeout: time.Second}
+			return withHooks(&redlock.Options{Owner: owner, RetryDelay: 5 * time.Millisecond, RetryJitter: 0, NodeTimeout: time.Second}, hooks)
 		}
 		a, b := newLocker(t, nodes, opts("a")), newLocker(t, nodes, opts("b"))
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
@@ -234,10 +235,8 @@ func TestSplitVotesKeepGrantingLeases(t *testing.T) {
 		wg.Wait()
 		return int(n.Load())
 	}
-	safe := run(t)
-	restore := redlock.NoSplitBackoff()
-	control := run(t)
-	restore()
+	safe := run(t, unsafelocker.Hooks{})
+	control := run(t, unsafelocker.Hooks{NoSplitBackoff: true})
 	t.Logf("leases granted in 2s: %d with the backoff, %d without (the control)", safe, control)
 	require.GreaterOrEqual(t, safe, 20, "leases granted with the split backoff")
 }

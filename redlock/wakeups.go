@@ -5,7 +5,6 @@ import (
 	"errors"
 	mathrand "math/rand/v2"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -62,16 +61,12 @@ const lineTTL = 30 * time.Second
 // the waiter's poll makes up for.
 func (l *Locker) joinLine(key string) {
 	line, ok := notice.Line(key)
-	if !ok || noLines.Load() {
+	if !ok || l.opts.unsafe.NoLines { // the latter: a test's control
 		return
 	}
 	c := wire.ScriptCommand(joinScript, []string{line}, l.id, lineTTL.Milliseconds())
 	l.fanOut(context.Background(), fan{timeout: l.opts.NodeTimeout}, c, readLine)
 }
-
-// noLines, where set, stops Lockers from joining lines: the control of
-// the turns test (export_test.go), never set otherwise.
-var noLines atomic.Bool
 
 // leaveLine takes this Locker out of key's line on every node: its last
 // waiter gave up without a lease, and a turn named for it would be lost

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlock/redlock/internal/faultnet"
+	"github.com/redlock/redlock/internal/unsafelocker"
 	"github.com/redlock/redlock/redlock"
 	"github.com/redlock/redlock/redlock/internal/notice"
 )
@@ -111,11 +112,9 @@ func TestReleaseBeforeTheSubscriptionIsNotMissed(t *testing.T) {
 	for _, retry := range []bool{true, false} {
 		name := map[bool]string{true: "retry-after-listen", false: "control-no-retry"}[retry]
 		t.Run(name, func(t *testing.T) {
-			if !retry {
-				defer redlock.NoRetryAfterListen()()
-			}
-			a, b, held := twoLockers(t, "job", *patient)
-			defer redlock.BeforeListen(func() {
+			var a *redlock.Locker
+			var held *redlock.Lease
+			hooks := unsafelocker.Hooks{NoRetryAfterListen: !retry, BeforeListen: func() {
 				if err := held.Unlock(context.Background()); err != nil {
 					t.Error(err)
 				}
@@ -126,7 +125,8 @@ func TestReleaseBeforeTheSubscriptionIsNotMissed(t *testing.T) {
 				if err := a.Drain(context.Background()); err != nil {
 					t.Error(err)
 				}
-			})()
+			}}
+			a, b, held := twoLockers(t, "job", *withHooks(patient, hooks))
 			err := <-lockSoon(t, b, "job", 2*time.Second)
 			if retry {
 				require.NoError(t, err)

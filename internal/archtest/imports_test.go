@@ -37,9 +37,10 @@ const goRedis = "github.com/redis/go-redis/v9"
 //     library only; it knows no nodes and no leases.
 //   - redlock/internal/notice, release notices (pub/sub wake-ups): go-redis
 //     and hashtag; it knows channels, not locks.
-//   - internal/unsafelocker, the simulator's switches that make a Locker
-//     unsafe (its negative controls): the standard library only; package
-//     redlock installs its setter.
+//   - internal/unsafelocker, the per-Locker switches that make a Locker
+//     unsafe (the negative controls of the simulator and of the package's
+//     tests): the standard library only; package redlock installs its
+//     setter.
 //   - redlock, the coordinator: all of the above, the only package that
 //     ties them together.
 var allowed = map[string][]string{

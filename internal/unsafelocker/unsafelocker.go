@@ -1,15 +1,18 @@
 // Package unsafelocker switches off, for one Locker, steps of the Redlock
-// algorithm that make it safe, so that the simulator's negative controls
-// (cmd/redlock-chaos -sim) can show what each step prevents: a control that
-// sees nothing proves nothing. It is internal to the module: no user can
-// make a Locker unsafe this way.
+// algorithm that make it safe or live, so that the negative controls (the
+// simulator's, cmd/redlock-chaos -sim, and the package's own tests) can
+// show what each step prevents: a control that sees nothing proves
+// nothing. It is internal to the module: no user can make a Locker unsafe
+// this way.
 //
 // The switches live in the Locker's copy of its Options (a field only
 // package redlock can see), never in package-level variables, so unsafe
-// and safe Lockers run side by side.
+// and safe Lockers run side by side, and tests that set them run in
+// parallel.
 package unsafelocker
 
-// Hooks are the steps a Locker skips. The zero value skips none.
+// Hooks are the steps a Locker skips, and the points where a test acts.
+// The zero value skips none and acts nowhere.
 type Hooks struct {
 	// ValidityFromReply counts a lease's validity from the moment the
 	// quorum answered, in full (no elapsed time, no drift allowance), and
@@ -21,10 +24,37 @@ type Hooks struct {
 	// granted them, instead of releasing them at once: they block every
 	// client until they expire.
 	NoReleaseOnFailure bool
+	// NoFencingPhase2 takes a fenced lease's token from the phase-1
+	// counters' maximum alone, never raising the counters that lag: tokens
+	// can then repeat or go backwards.
+	NoFencingPhase2 bool
+	// AlwaysFencingPhase2 runs phase 2 on every fenced acquisition (the
+	// one-round-trip fast path off): safe, slower; for the tests that
+	// compare the two.
+	AlwaysFencingPhase2 bool
+	// UnconditionalTrust makes TrustNewNodes trust every node it checked,
+	// whatever changed on it since the check.
+	UnconditionalTrust bool
+	// NoLines keeps the Locker out of keys' lines of waiting Lockers: a
+	// release then names nobody, and turns are not kept.
+	NoLines bool
+	// NoSplitBackoff drops the growing wait after attempts that split the
+	// nodes, so that contenders can keep each other out in step.
+	NoSplitBackoff bool
+	// NoRetryAfterListen drops the attempt that follows Lock's subscription
+	// to the key's release notices: a release between the first attempt
+	// and the subscription is then missed.
+	NoRetryAfterListen bool
+	// BeforeListen, where set, runs between Lock's first failed attempt
+	// and its subscription (the missed-release test's point to act).
+	BeforeListen func()
 }
 
-// Any says whether h skips a step.
-func (h Hooks) Any() bool { return h.ValidityFromReply || h.NoReleaseOnFailure }
+// Any says whether h skips a step or acts somewhere.
+func (h Hooks) Any() bool {
+	return h.ValidityFromReply || h.NoReleaseOnFailure || h.NoFencingPhase2 || h.AlwaysFencingPhase2 ||
+		h.UnconditionalTrust || h.NoLines || h.NoSplitBackoff || h.NoRetryAfterListen || h.BeforeListen != nil
+}
 
 // apply is installed by package redlock (which this package may not
 // import): it stores the hooks in the *redlock.Options it is given.
