@@ -12,14 +12,6 @@ import (
 	"github.com/redlock/redlock/drift"
 )
 
-// errDoing refuses a Lease.Do on a lease already running under Do.
-var errDoing = errors.New("the lease already runs under Do")
-
-// ErrLost means a lease was lost while the work it protected was running:
-// nodes answered that it was gone, or its validity ran out. Work done under
-// it may have overlapped another holder's.
-var ErrLost = errors.New("redlock: lease lost")
-
 // Do acquires key (as Lock), runs fn while holding it, and releases it when
 // fn returns, or panics (the panic is re-raised after the release).
 //

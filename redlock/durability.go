@@ -13,11 +13,6 @@ import (
 	"github.com/redlock/redlock/redlock/internal/reply"
 )
 
-// ErrNotDurable is returned, when Options.RequireDurable is set, by a fenced
-// acquisition while a majority of nodes would not keep their fencing
-// counters across a crash. Locker.Durability says which nodes fall short.
-var ErrNotDurable = errors.New("redlock: nodes would not keep fencing counters across a crash")
-
 // NodeDurability is one node's persistence settings, as Durability reads them.
 type NodeDurability struct {
 	Node            int

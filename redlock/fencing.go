@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -195,13 +194,6 @@ func (l *Locker) fence(ctx context.Context, req request, value string, c1 wire.C
 	}
 	return token, tokens, true, nil
 }
-
-// errNotGranted is phase 2's answer for a node that did not grant phase 1.
-var errNotGranted = errors.New("redlock: node did not grant the acquisition")
-
-// errNotOwner is the token record's answer for a node whose counter gave
-// no key's t: the record goes to the nodes that issued the token.
-var errNotOwner = errors.New("redlock: node did not issue the token")
 
 // tokenRecordCommand records a lease's token beside its key's fencing
 // counter, or a multi-key lease's tokens beside each key's, as "token

@@ -34,11 +34,6 @@ import (
 // the handle; a stale handle (the lease ran out, or was released) or a
 // forged one (a value no node holds) fails with ErrNotHeld.
 
-//go:embed scripts/resume.lua
-var resumeLua string
-
-var resumeScript = wire.NewScript("resume", "GET, PTTL", resumeLua)
-
 // Handle is a lease in a form another goroutine or process can resume
 // (Locker.Resume): safe to serialize (as JSON, say), and holding no
 // deadline. Whoever holds it can extend and release the lease: pass it as
@@ -115,10 +110,6 @@ func (l *Lease) Handle() Handle {
 	h.Seal = h.seal()
 	return h
 }
-
-// ErrOtherNodes is Resume's error for a handle of a lease on other servers
-// than the Locker's.
-var ErrOtherNodes = errors.New("redlock: the handle's lease lives on other nodes than this Locker's")
 
 // Resume returns the lease that h describes, taken from another goroutine or
 // process (Lease.Handle), with its validity learned from the nodes: the

@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redlock/redlock/redlock/internal/guard"
 	"github.com/redlock/redlock/redlock/internal/reply"
 )
 
@@ -157,19 +155,6 @@ func (n node) health(ctx context.Context, now time.Time) (NodeHealth, []string) 
 	h.MaxmemoryPolicy = f["maxmemory_policy"]
 	h.Evicts = evicts(f["maxmemory"], h.MaxmemoryPolicy)
 	return h, runs
-}
-
-// quarantine is how long the node guard keeps n's votes out of the quorum
-// from now (0: they count), and why. It costs no round trip.
-func (n node) quarantine(now time.Time) (left time.Duration, cause string) {
-	if n.guard == nil {
-		return 0, ""
-	}
-	var q *guard.QuarantineError
-	if err := n.guard.Current(now); errors.As(err, &q) {
-		return q.Left, q.Cause
-	}
-	return 0, ""
 }
 
 // nodeStats is one node's recent record, which both transports keep.

@@ -37,13 +37,6 @@ import (
 // A server that does not say its run_id (INFO refused, or a server
 // without it) is not compared.
 
-// ErrDuplicateNode matches a node that answers as the same server as
-// another node of the Locker: New's or Warm's refusal of the pair, the node
-// guard's failed vote of the node that does not count (in a *QuorumError and
-// the Observer's events), and NodeHealth.Duplicate. The error names both
-// nodes.
-var ErrDuplicateNode = guard.ErrDuplicateNode
-
 // sameServerAddr is the address a client dials, written alike for the
 // obvious aliases of one server: "localhost" is 127.0.0.1 (a Redis server's
 // default bind has both loopbacks); an IP address in its canonical form (an

@@ -18,11 +18,6 @@ import (
 	"github.com/redlock/redlock/redlock/internal/wire"
 )
 
-// MaxKeyLen is the longest lock key accepted, in bytes. Redis allows far
-// longer keys; a lock name this long is almost certainly a bug (a payload
-// passed as the name), and it would be sent to every node on every attempt.
-const MaxKeyLen = 8 << 10
-
 // A Locker acquires leases on a fixed set of independent Redis nodes. It is
 // safe for concurrent use.
 type Locker struct {
@@ -639,14 +634,6 @@ func refusedIn(acquired *quorum.Round[Outcome]) func(int) error {
 	}
 }
 
-// errNothingToRelease is a failed attempt's release on a node that refused
-// the SET: not sent.
-var errNothingToRelease = errors.New("redlock: not sent: the node refused the SET, so holds nothing to release")
-
-// errNotReleased is a failed attempt's release that a negative control of
-// the simulator skipped (internal/unsafelocker).
-var errNotReleased = errors.New("redlock: not sent: the release on failure is switched off (a negative control)")
-
 // roundError describes a round that did not succeed: see QuorumError.
 // c is the round's command: a node's ACL refusal is explained in its terms.
 // timing, where the round was timed, gives each node's latency.
@@ -737,8 +724,3 @@ func (l *Locker) yielding(ctx context.Context, req request, start time.Time) (de
 // minYield is the least a Lock's attempt waits for the nodes still to
 // answer after one refused (see yielding).
 const minYield = 2 * time.Millisecond
-
-// errNotWaitedFor is the vote of a node a Lock's attempt stopped waiting
-// for (see yielding): a reply not come before the attempt's deadline, as
-// quorum.ErrNoReply.
-var errNotWaitedFor error = noReplyError{errors.New("redlock: not waited for: another holder's value was seen on the key, and Lock tries again rather than hold its grants while this node answers")}

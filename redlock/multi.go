@@ -41,32 +41,6 @@ import (
 // would need a counter of its own, which orders nothing against the
 // single-key leases of its keys.
 
-// MaxMultiKeys is the most distinct keys one lease may cover.
-const MaxMultiKeys = 64
-
-// The multi-key scripts (see above).
-var (
-	//go:embed scripts/acquire_multi.lua
-	acquireMultiLua    string
-	acquireMultiScript = wire.NewScript("multi-key acquire", "GET, SET, INCR", acquireMultiLua)
-
-	//go:embed scripts/release_multi.lua
-	releaseMultiLua    string
-	releaseMultiScript = wire.NewScript("multi-key release", "GET, DEL", releaseMultiLua)
-
-	//go:embed scripts/extend_multi.lua
-	extendMultiLua    string
-	extendMultiScript = singleKey(wire.NewScript("multi-key extend", "GET, PEXPIRE, SET", extendMultiLua), extendMultiWithoutTombstones)
-
-	//go:embed scripts/check_multi.lua
-	checkMultiLua    string
-	checkMultiScript = singleKey(wire.NewScript("multi-key check", "GET", checkMultiLua), checkMultiWithoutTombstones)
-
-	//go:embed scripts/fence_multi.lua
-	fenceMultiLua    string
-	fenceMultiScript = wire.NewScript("multi-key fence", "GET, SET", fenceMultiLua)
-)
-
 // TryLockMulti makes one attempt to acquire one lease over every key in
 // keys, for ttl: on each node all of them or none. It returns the lease, or
 // an error as TryLock's (errors.Is(err, ErrNotObtained) when another holder
@@ -301,24 +275,6 @@ func multiScriptKeys(keys []string) []string {
 		all = append(all, tomb)
 	}
 	return all
-}
-
-// extendMultiWithoutTombstones is the multi-key extend script's form
-// without tombstones, for a Redis Cluster slot in migration (see
-// extendWithoutTombstone): it never heals.
-func extendMultiWithoutTombstones(c wire.Command) wire.Command {
-	c.Keys = c.Keys[:c.OrderKeys]
-	argv := slices.Clone(c.Argv) // value, milliseconds, heal, n
-	argv[2] = "0"
-	c.Argv = argv
-	return c
-}
-
-// checkMultiWithoutTombstones is the multi-key check script's form without
-// tombstones (see checkWithoutTombstone).
-func checkMultiWithoutTombstones(c wire.Command) wire.Command {
-	c.Keys = c.Keys[:c.OrderKeys]
-	return c
 }
 
 // earlierReleases are this Locker's releases in flight of req's key, or of

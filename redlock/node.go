@@ -37,45 +37,6 @@ type Node interface {
 	Do(ctx context.Context, args ...any) *redis.Cmd
 }
 
-// The coordinator's scripts; the guard's are beside it (internal/guard).
-var (
-	//go:embed scripts/release.lua
-	releaseLua    string
-	releaseScript = singleKey(wire.NewScript("release", "GET, DEL", releaseLua), releaseWithoutLine)
-
-	//go:embed scripts/join.lua
-	joinLua    string
-	joinScript = wire.NewScript("join", "LPOS, RPUSH, PEXPIRE", joinLua)
-
-	//go:embed scripts/extend.lua
-	extendLua    string
-	extendScript = singleKey(wire.NewScript("extend", "GET, PEXPIRE, SET", extendLua), extendWithoutTombstone)
-
-	//go:embed scripts/revoke.lua
-	revokeLua    string
-	revokeScript = wire.NewScript("revoke", "GET, PTTL, DEL, SET", revokeLua)
-
-	//go:embed scripts/inspect.lua
-	inspectLua    string
-	inspectScript = wire.NewScript("inspect", "GET, PTTL", inspectLua)
-
-	//go:embed scripts/check.lua
-	checkLua    string
-	checkScript = singleKey(wire.NewScript("check", "GET", checkLua), checkWithoutTombstone)
-
-	//go:embed scripts/acquire_fenced.lua
-	acquireFencedLua    string
-	acquireFencedScript = wire.NewScript("fenced acquire", "GET, SET, INCR", acquireFencedLua)
-
-	//go:embed scripts/fence.lua
-	fenceLua    string
-	fenceScript = wire.NewScript("fence", "GET, SET", fenceLua)
-
-	//go:embed scripts/record.lua
-	recordLua    string
-	recordScript = wire.NewScript("token record", "GET, SET", recordLua)
-)
-
 // node is a Node with the name used in errors, its transport and its guard.
 type node struct {
 	Node

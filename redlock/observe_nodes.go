@@ -4,63 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/redlock/redlock/quorum"
-	"github.com/redlock/redlock/redlock/internal/guard"
 )
-
-// nodeWatch is what an observed Locker has reported of one guarded node:
-// whether its votes were kept out of the quorum, and the clock alarms seen.
-// The transport records each guarded reply's verdict (verdict, from
-// ballot.Receive: an atomic store, never a call to the Observer, which must
-// not run under a pipeline's lock); the operation that decided the round
-// reports what changed (Locker.reportNodes).
-type nodeWatch struct {
-	last atomic.Pointer[guard.QuarantineError] // the newest guarded verdict: nil sound, else the quarantine
-	seen atomic.Bool                           // a guarded verdict has been recorded
-
-	// What was last reported, written under mu (which serializes reports,
-	// so that each change is told once) and read without it by changed,
-	// on every observed acquisition.
-	mu          sync.Mutex
-	quarantined atomic.Bool  // as last reported
-	jumps       atomic.Int64 // clock jumps reported
-	fast        atomic.Bool  // runs faster than the bound, as last reported
-}
-
-// changed reports whether n may have something to report since the last
-// report: changes' test without its lock.
-func (w *nodeWatch) changed(n *node) bool {
-	if w.seen.Load() && (w.last.Load() != nil) != w.quarantined.Load() {
-		return true
-	}
-	if c := n.guard.Clock(); c != nil {
-		return int64(c.Jumps()) > w.jumps.Load() || (n.guard.Excess() > 0) != w.fast.Load()
-	}
-	return false
-}
-
-// verdict records a guarded reply's verdict: sound (nil), a quarantine, or
-// another error (the guard could not judge: nothing learnt of the
-// quarantine).
-func (w *nodeWatch) verdict(err error) {
-	if w == nil {
-		return
-	}
-	if err == nil {
-		w.last.Store(nil)
-		w.seen.Store(true)
-		return
-	}
-	var q *guard.QuarantineError // escapes to errors.As: declared only where needed
-	if !errors.As(err, &q) {
-		return
-	}
-	w.last.Store(q)
-	w.seen.Store(true)
-}
 
 // reportNodes tells the Observer what it learns of the nodes from a
 // decided round of op (0 for Inspect, which reports no late failures), in
@@ -174,47 +120,6 @@ func (l *Locker) changes(key string) []Event {
 			continue
 		}
 		events = append(events, n.watch.changes(n, key)...)
-	}
-	return events
-}
-
-// changes returns the events of what changed on n since the last report.
-func (w *nodeWatch) changes(n *node, key string) []Event {
-	if !w.changed(n) {
-		return nil
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var events []Event
-	one := func(err error) []NodeResult {
-		return []NodeResult{{Node: n.index, Name: n.name, Outcome: Failed, Err: err}}
-	}
-	if w.seen.Load() {
-		q := w.last.Load()
-		switch {
-		case q != nil && !w.quarantined.Load():
-			w.quarantined.Store(true)
-			events = append(events, Event{Op: OpQuarantine, Key: key, Err: q, Nodes: one(q), Detail: fmt.Sprintf("%s: %s", n.name, q.Cause)})
-		case q == nil && w.quarantined.Load():
-			w.quarantined.Store(false)
-			r := one(nil)
-			r[0].Outcome = Granted
-			events = append(events, Event{Op: OpQuarantineEnd, Key: key, Nodes: r, Detail: n.name + ": its votes count again"})
-		}
-	}
-	if c := n.guard.Clock(); c != nil {
-		if j := c.Jumps(); int64(j) > w.jumps.Load() {
-			events = append(events, Event{Op: OpClockAlarm, Key: key, Nodes: one(nil), Detail: fmt.Sprintf("%s: its clock jumped (%d jump(s) seen in all)", n.name, j)})
-			w.jumps.Store(int64(j))
-		}
-		excess := n.guard.Excess()
-		if fast := excess > 0; fast != w.fast.Load() {
-			w.fast.Store(fast)
-			if fast {
-				ppm, errPPM, _ := c.Rate()
-				events = append(events, Event{Op: OpClockAlarm, Key: key, Nodes: one(nil), Detail: fmt.Sprintf("%s: its clock runs fast by %.0f±%.0f ppm, beyond the drift bound: validity shrinks by %.3g%% of the TTL", n.name, ppm, errPPM, excess*100)})
-			}
-		}
 	}
 	return events
 }

@@ -52,15 +52,6 @@ import (
 // misses: a stall that ends just before NodeTimeout, whose replies the
 // readers have not caught up with when the timer fires on time.
 
-// ErrClientStalled is the error of a node that had not replied when a
-// round gave up waiting, where every node had missed NodeTimeout together
-// and stayed silent for as long as the round could wait: a stall of this
-// client (its scheduling, GC, or network) is likelier than of every node.
-// It matches quorum.ErrNoReply, as any missing reply does. The Event of a
-// round that waited on for every node late together has Stalled set,
-// whether or not they answered then.
-var ErrClientStalled error = stalledError{}
-
 type stalledError struct{}
 
 func (stalledError) Error() string {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redlock/redlock/redlock/internal/reply"
-	"github.com/redlock/redlock/redlock/internal/wire"
 )
 
 // Warm readies every node for a first acquisition that is as fast as the
@@ -103,9 +102,6 @@ collect:
 	}
 	return nil
 }
-
-// warmScripts are the scripts Warm loads: every one the coordinator sends.
-var warmScripts = []*wire.Script{releaseScript, joinScript, extendScript, checkScript, acquireFencedScript, fenceScript, recordScript}
 
 // warm dials the node and loads the scripts, so that neither a handshake
 // nor a NOSCRIPT round trip falls on a lock's first call, and records

@@ -60,7 +60,7 @@ const markerKey = "redlock:memory"
 
 // IsMarker reports whether name is a marker the guard writes: markerKey, or
 // a hash slot's marker on a Redis Cluster. No lock may take such a name
-// (redlock's names.go): a Revoke of it, say, would quarantine every node.
+// (redlock's keys.go): a Revoke of it, say, would quarantine every node.
 func IsMarker(name string) bool {
 	return name == markerKey || strings.HasPrefix(name, markerKey+":{") && name == slotMarker(hashtag.Slot(name))
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,22 +16,11 @@ import (
 	"github.com/redlock/redlock/redlock/internal/reply"
 )
 
-// ErrNodeQuarantined matches the vote of a node that the node guard keeps
-// out of the quorum for now: its memory began less than Options.MaxTTL ago,
-// so a key it granted before may still be held by someone, or its clock
-// jumped forward less than MaxTTL ago, so a key it granted before the jump
-// may have expired early. The *QuorumError names the node, the cause and
-// how long is left. The guard itself, and why it works as it does, is in
-// internal/guard.
-var ErrNodeQuarantined = guard.ErrNodeQuarantined
-
-// QuarantineError is a quarantined node's vote, in a QuorumError's Nodes:
-// how long is left (Left; 0: for that round trip only), why (Cause), and
-// whether the node's memory began recently (Forgot: a server new to the
-// deployment or one that forgot, which TrustNodes may lift for servers
-// known to hold no locks) rather than its clock jumping. errors.Is(err,
-// ErrNodeQuarantined) matches it.
-type QuarantineError = guard.QuarantineError
+// The coordinator's side of the node guard (internal/guard is the guard
+// itself: the markers, the examinations, the quarantines): trusting nodes
+// by hand or when new (TrustNodes, TrustNewNodes), what a QuorumError says
+// of a quarantine and how to lift it (lastKnown, trustRemedy), and what an
+// Observer is told of each node's verdicts (nodeWatch).
 
 // TrustNodes declares every node's current memory complete: a new
 // deployment known to hold no locks, or nodes whose data the operator knows
@@ -163,11 +153,6 @@ func (l *Locker) TrustNewNodes(ctx context.Context) (bool, error) {
 	}
 	return !slices.Contains(trusted, false), nil
 }
-
-// errClusterTrustedByHand is TrustNewNodes' error for a Redis Cluster
-// node: its markers are per hash slot, and no check of 16,384 of them
-// could be made again at the trust's moment as cheaply as one marker's.
-var errClusterTrustedByHand = errors.New("a Redis Cluster node is not trusted by TrustNewNodes: trust it by hand once it is known to hold no locks (redlock-admin trust -yes, or Locker.TrustNodes)")
 
 // maxKeysScanned bounds how many keys holdsLeaseKeys reads on a node: a
 // node with more is in use.
@@ -306,4 +291,109 @@ func adminAddr(o *redis.Options) string {
 		return fmt.Sprintf("redis://%s/%d", o.Addr, o.DB)
 	}
 	return o.Addr
+}
+
+// nodeWatch is what an observed Locker has reported of one guarded node:
+// whether its votes were kept out of the quorum, and the clock alarms seen.
+// The transport records each guarded reply's verdict (verdict, from
+// ballot.Receive: an atomic store, never a call to the Observer, which must
+// not run under a pipeline's lock); the operation that decided the round
+// reports what changed (Locker.reportNodes).
+type nodeWatch struct {
+	last atomic.Pointer[guard.QuarantineError] // the newest guarded verdict: nil sound, else the quarantine
+	seen atomic.Bool                           // a guarded verdict has been recorded
+
+	// What was last reported, written under mu (which serializes reports,
+	// so that each change is told once) and read without it by changed,
+	// on every observed acquisition.
+	mu          sync.Mutex
+	quarantined atomic.Bool  // as last reported
+	jumps       atomic.Int64 // clock jumps reported
+	fast        atomic.Bool  // runs faster than the bound, as last reported
+}
+
+// changed reports whether n may have something to report since the last
+// report: changes' test without its lock.
+func (w *nodeWatch) changed(n *node) bool {
+	if w.seen.Load() && (w.last.Load() != nil) != w.quarantined.Load() {
+		return true
+	}
+	if c := n.guard.Clock(); c != nil {
+		return int64(c.Jumps()) > w.jumps.Load() || (n.guard.Excess() > 0) != w.fast.Load()
+	}
+	return false
+}
+
+// verdict records a guarded reply's verdict: sound (nil), a quarantine, or
+// another error (the guard could not judge: nothing learnt of the
+// quarantine).
+func (w *nodeWatch) verdict(err error) {
+	if w == nil {
+		return
+	}
+	if err == nil {
+		w.last.Store(nil)
+		w.seen.Store(true)
+		return
+	}
+	var q *guard.QuarantineError // escapes to errors.As: declared only where needed
+	if !errors.As(err, &q) {
+		return
+	}
+	w.last.Store(q)
+	w.seen.Store(true)
+}
+
+// changes returns the events of what changed on n since the last report.
+func (w *nodeWatch) changes(n *node, key string) []Event {
+	if !w.changed(n) {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var events []Event
+	one := func(err error) []NodeResult {
+		return []NodeResult{{Node: n.index, Name: n.name, Outcome: Failed, Err: err}}
+	}
+	if w.seen.Load() {
+		q := w.last.Load()
+		switch {
+		case q != nil && !w.quarantined.Load():
+			w.quarantined.Store(true)
+			events = append(events, Event{Op: OpQuarantine, Key: key, Err: q, Nodes: one(q), Detail: fmt.Sprintf("%s: %s", n.name, q.Cause)})
+		case q == nil && w.quarantined.Load():
+			w.quarantined.Store(false)
+			r := one(nil)
+			r[0].Outcome = Granted
+			events = append(events, Event{Op: OpQuarantineEnd, Key: key, Nodes: r, Detail: n.name + ": its votes count again"})
+		}
+	}
+	if c := n.guard.Clock(); c != nil {
+		if j := c.Jumps(); int64(j) > w.jumps.Load() {
+			events = append(events, Event{Op: OpClockAlarm, Key: key, Nodes: one(nil), Detail: fmt.Sprintf("%s: its clock jumped (%d jump(s) seen in all)", n.name, j)})
+			w.jumps.Store(int64(j))
+		}
+		excess := n.guard.Excess()
+		if fast := excess > 0; fast != w.fast.Load() {
+			w.fast.Store(fast)
+			if fast {
+				ppm, errPPM, _ := c.Rate()
+				events = append(events, Event{Op: OpClockAlarm, Key: key, Nodes: one(nil), Detail: fmt.Sprintf("%s: its clock runs fast by %.0f±%.0f ppm, beyond the drift bound: validity shrinks by %.3g%% of the TTL", n.name, ppm, errPPM, excess*100)})
+			}
+		}
+	}
+	return events
+}
+
+// quarantine is how long the node guard keeps n's votes out of the quorum
+// from now (0: they count), and why. It costs no round trip.
+func (n node) quarantine(now time.Time) (left time.Duration, cause string) {
+	if n.guard == nil {
+		return 0, ""
+	}
+	var q *guard.QuarantineError
+	if err := n.guard.Current(now); errors.As(err, &q) {
+		return q.Left, q.Cause
+	}
+	return 0, ""
 }

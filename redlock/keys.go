@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -58,24 +57,6 @@ var besideKeys = []struct{ suffix, what string }{
 	{notice.LineSuffix, "the line of Lockers waiting for lock %q"},
 	{notice.Suffix, "the release channel of lock %q"},
 }
-
-// ErrReservedName matches the error for a key that names something the
-// library writes (see names.go's list): a fencing counter, a tombstone, a
-// line, a release channel, or the node guard's marker.
-var ErrReservedName = errors.New("redlock: the name is reserved")
-
-// ReservedNameError is the error for a key that names something the library
-// writes: the operation, the key, and what the name is.
-type ReservedNameError struct {
-	Op, Key string
-	What    string // e.g. `the fencing counter of lock "k"`
-}
-
-func (e *ReservedNameError) Error() string {
-	return fmt.Sprintf("redlock: %s %q: the name is reserved: it is %s", e.Op, e.Key, e.What)
-}
-
-func (e *ReservedNameError) Is(target error) bool { return target == ErrReservedName }
 
 // reservedAs reports what the library writes under name, if anything.
 func reservedAs(name string) (what string, ok bool) {
@@ -159,3 +140,11 @@ func besideOf(key, suffix string) (lock string, ok bool) {
 	}
 	return "", false
 }
+
+// MaxKeyLen is the longest lock key accepted, in bytes. Redis allows far
+// longer keys; a lock name this long is almost certainly a bug (a payload
+// passed as the name), and it would be sent to every node on every attempt.
+const MaxKeyLen = 8 << 10
+
+// MaxMultiKeys is the most distinct keys one lease may cover.
+const MaxMultiKeys = 64
