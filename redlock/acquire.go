@@ -1,0 +1,361 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redlock/redlock/drift"
+	"github.com/redlock/redlock/quorum"
+	"github.com/redlock/redlock/redlock/internal/notice"
+	"github.com/redlock/redlock/redlock/internal/wire"
+)
+
+// TryLock makes one attempt to acquire key for ttl. It returns the lease, or
+// an error that tells contention (errors.Is(err, ErrNotObtained)) from
+// unavailable nodes (a *QuorumError without it) and from the caller's context
+// (errors.Is(err, ctx.Err())).
+//
+// ttl is rounded down to whole milliseconds, Redis's resolution, and must
+// exceed its drift allowance. A failed attempt is released on every node
+// before TryLock returns, or, for nodes that had not answered, as soon as
+// they do.
+func (l *Locker) TryLock(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
+	if err := l.made("TryLock"); err != nil {
+		return nil, err
+	}
+	req, err := l.request(ctx, "acquire", key, ttl)
+	if err != nil {
+		return nil, err
+	}
+	return l.attempt(ctx, req, 1)
+}
+
+// request is a validated acquire or extend request.
+type request struct {
+	// yield: a Lock's attempt, which stops waiting for the nodes still to
+	// answer soon after one of them refused (see yielding); yielded, how
+	// many of the Lock's attempts in a row did so before this one
+	yield   bool
+	yielded int
+	key     string
+	counter string // the fencing counter's key, with Options.Fencing
+	record  string // and its token record's (tokenRecordKey)
+	// multi: a multi-key lease's keys, sorted and distinct (key is the
+	// first); counters and records, with Options.Fencing, their fencing
+	// counters and token records
+	multi    []string
+	counters []string
+	records  []string
+	granted  time.Duration // the lease the server grants: ttl rounded down to ms
+	ms       int64         // granted in milliseconds, as sent in PX
+	budget   time.Duration // granted minus the drift allowance: the most validity possible
+}
+
+func (l *Locker) request(ctx context.Context, op, key string, ttl time.Duration) (request, error) {
+	if err := checkKey(ctx, op, key); err != nil {
+		return request{}, err
+	}
+	if err := l.checkTTL(op, key, nil, ttl); err != nil {
+		return request{}, err
+	}
+	if ctx.Err() != nil {
+		return request{}, fmt.Errorf("redlock: %s %q: %w", op, key, contextError(ctx))
+	}
+	granted, ms, _ := drift.Granted(ttl)
+	req := request{key: key, granted: granted, ms: ms, budget: granted - l.bound.Of(granted)}
+	if l.opts.Fencing && op == "acquire" {
+		var err error
+		if req.counter, err = counterKey(key); err != nil {
+			return request{}, err
+		}
+		req.record, _ = tokenRecordKey(key) // as the counter's: the key takes a hash tag
+	}
+	return req, nil
+}
+
+// checkTTL validates ttl for op on key (or on the keys of a multi-key
+// lease, where multi is set): positive, within MaxTTL, longer than its
+// drift allowance. The lock is named only in an error: not on every call.
+func (l *Locker) checkTTL(op, key string, multi []string, ttl time.Duration) error {
+	var problem error
+	switch {
+	case ttl <= 0:
+		problem = fmt.Errorf("ttl %v must be positive", ttl)
+	case ttl > l.opts.MaxTTL:
+		problem = fmt.Errorf("ttl %v is longer than Options.MaxTTL (%v)", ttl, l.opts.MaxTTL)
+	default:
+		problem = l.bound.Check(ttl)
+	}
+	if problem == nil {
+		return nil
+	}
+	return fmt.Errorf("redlock: %s %s: %w", op, request{key: key, multi: multi}.describe(), problem)
+}
+
+// attempt is one acquisition, Lock's n-th: SET NX PX GET on every node,
+// decided early.
+func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error) {
+	start := l.opts.Clock.Now() // before the first send
+	if (req.counter != "" || req.counters != nil) && l.opts.RequireDurable {
+		if err := l.requireDurable(ctx); err != nil {
+			if l.observed() {
+				l.emit(Event{Op: OpAcquire, Key: req.key, Attempt: n, Duration: l.opts.Clock.Now().Sub(start), Err: err})
+			}
+			return nil, err
+		}
+		start = l.opts.Clock.Now()
+	}
+	value := newValue(l.opts.Owner)
+	earlier := l.earlierReleases(req)
+	c, read, counters := l.acquisition(req, value) // counters: phase 1's fencing counters, per node and key, filled in by the replies
+	timing := l.timing()
+	decide, contended, stop := l.yielding(ctx, req, start)
+	round := l.fanOut(ctx, fan{earlier: earlier, timeout: l.opts.NodeTimeout, value: value, counters: counters, timing: timing, contended: contended}, c, read)
+	// Waiting past the budget is pointless: no validity would be left.
+	wait := min(l.opts.NodeTimeout, req.budget)
+	tally := round.DecideWithin(decide, wait, l.stallGrace(wait, req.budget), granted)
+	stop()
+	until := start.Add(req.budget - l.fastClocks(tally, req.granted))
+	var token uint64
+	var tokens []uint64 // a multi-key lease's, one per key
+	var err error
+	phase2 := false
+	if tally.Won && counters != nil {
+		token, tokens, phase2, err = l.fence(ctx, req, value, c, round, tally, counters, until, timing)
+	}
+	now := l.opts.Clock.Now()
+	if l.opts.unsafe.ValidityFromReply {
+		until = now.Add(req.granted) // the simulator's control: see internal/unsafelocker
+	}
+	if err == nil && tally.Won && until.After(now) {
+		lease := &Lease{locker: l, key: req.key, multi: req.multi, value: value, token: token, tokens: tokens, acquiredAt: start, acquired: round, heldBy: round, holders: round, ttl: req.granted, span: req.granted, until: until}
+		if timing != nil {
+			e := Event{Op: OpAcquire, Key: req.key, Attempt: n, Duration: now.Sub(start), Token: token, Validity: until.Sub(now), Nodes: l.resultsInto(timing.eventNodes(len(tally.Votes)), tally, timing, nil), Stalled: tally.Late}
+			if counters != nil {
+				e.Detail = fencedIn(phase2)
+			}
+			l.emit(e)
+			l.reportNodes(OpAcquire, req.key, round, tally, true)
+		}
+		return lease, nil
+	}
+
+	// Release everywhere: at once where the SET has returned, and on the
+	// other nodes as soon as it does. Wait for the nodes that granted.
+	var releaseTiming *latencies
+	if timing != nil {
+		releaseTiming = l.timing()
+	}
+	skip := refusedIn(round)
+	if l.opts.unsafe.NoReleaseOnFailure {
+		skip = func(int) error { return errNotReleased } // the simulator's control: see internal/unsafelocker
+	}
+	released := l.release(ctx, req.key, req.multi, value, round, req.granted, releaseTiming, skip, nil)
+	if timing != nil {
+		// Before waiting for the granted nodes: the release's report
+		// must be counted in flight (Drain) before this attempt returns.
+		l.watchRelease(req.key, n, start, round, tally, released, releaseTiming)
+	}
+	l.waitGranted(released, tally)
+	if err == nil {
+		err = l.roundError(ctx, "acquire", c, tally, timing)
+	}
+	if timing != nil {
+		l.emit(Event{Op: OpAcquire, Key: req.key, Attempt: n, Duration: l.opts.Clock.Now().Sub(start), Err: err, Nodes: l.nodeResultsOf(err, tally, timing), Stalled: tally.Late})
+		l.reportNodes(OpAcquire, req.key, round, tally, true)
+	}
+	return nil, err
+}
+
+// fastClocks is how much earlier than the drift bound allows the lease's
+// keys may expire on the nodes that granted in tally: the most that any of
+// their clocks is measured to run faster than the bound (drift.Estimator's
+// Excess), times the TTL. Validity shrinks by it. Zero without the node
+// guard, and for clocks not measured yet.
+func (l *Locker) fastClocks(tally quorum.Tally[Outcome], ttl time.Duration) time.Duration {
+	excess := 0.0
+	for i, v := range tally.Votes {
+		if g := l.nodes[i].guard; v.Accepted && g != nil {
+			excess = max(excess, g.Excess())
+		}
+	}
+	return time.Duration(float64(ttl) * excess)
+}
+
+// waitGranted waits, for at most NodeTimeout, for round's calls on the nodes
+// that granted in tally: they hold the value and just answered, so their
+// release is quick, and other clients need not find it there. Releases on
+// the other nodes go on in the background.
+func (l *Locker) waitGranted(round *quorum.Round[Outcome], tally quorum.Tally[Outcome]) {
+	timer := time.NewTimer(l.opts.NodeTimeout)
+	defer timer.Stop()
+	for i, v := range tally.Votes {
+		if !v.Accepted {
+			continue
+		}
+		select {
+		case <-round.Settled(i):
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// release sends the compare-and-delete of key's value to every node, each
+// after that node's call in acquired (see fan.after). It is cleanup, so it
+// runs detached from the caller's context (a caller who gave up still cleans
+// up), and each call may take up to ttl, not just NodeTimeout: a release
+// that is slow (EVALSHA answered NOSCRIPT late, and EVAL must follow) is
+// still worth sending until the key would have expired anyway. skip, if
+// set, says which nodes are not sent it (see refusedIn).
+//
+// notify makes each node that deletes the value publish it on the key's
+// release channel (package notice), to wake waiters elsewhere: a lease's
+// Unlock does; a failed attempt's release does not, since the key was not
+// theirs to wait for (waking every other Locker's head at each lost
+// attempt would make a storm of attempts under contention).
+//
+// passed is nil for a failed attempt's release; for a lease's Unlock it
+// counts the nodes whose release named another Locker's turn: the script
+// then publishes the release to the key's waiters (see package notice).
+func (l *Locker) release(ctx context.Context, key string, multi []string, value string, acquired *quorum.Round[Outcome], ttl time.Duration, timing *latencies, skip func(int) error, passed *atomic.Int32) *quorum.Round[Outcome] {
+	f := fan{after: acquired, skip: skip, timeout: max(ttl, l.opts.NodeTimeout), release: key, releaseAll: multi, timing: timing, passed: passed}
+	c, read := l.releaseCommand(key, multi, value, passed != nil)
+	return l.fanOut(context.WithoutCancel(ctx), f, c.Of(value, wire.RoleReleases), read)
+}
+
+// unlockCommand is a lease's release: it publishes to the key's waiters
+// (ARGV[2], notifyArg) on its release channel (ARGV[4]) and names the next
+// Locker in the key's line (KEYS[2]), other than this one (ARGV[3]). A key
+// that cannot carry a hash tag has neither: its release is a plain one.
+func (l *Locker) unlockCommand(key, value string) wire.Command {
+	line, ok := notice.Line(key)
+	channel, _ := notice.Channel(key) // as the line: the key takes a hash tag
+	if !ok {
+		return wire.ScriptCommand(releaseScript, []string{key}, value)
+	}
+	return wire.ScriptCommand(releaseScript, []string{key, line}, value, notifyArg, l.id, channel)
+}
+
+// notifyArg is the release script's ARGV[2] that asks it to publish.
+const notifyArg = "notify"
+
+func granted(o Outcome, err error) bool { return err == nil && o == Granted }
+
+// refusedIn is the release skip of a failed attempt: a node whose SET
+// has already come back refused (another value on the key) holds nothing of
+// the attempt, and is not sent the release (errNothingToRelease). Its reply
+// is final (a command runs again only before its reply is delivered), and a
+// refused SET NX writes nothing. Under contention most attempts are refused
+// everywhere, so this halves their commands. A node whose reply is still
+// outstanding, or failed, or granted, gets the release. (A lease's Unlock
+// skips nothing: an extension may have healed its key since on a node that
+// refused the acquisition.)
+func refusedIn(acquired *quorum.Round[Outcome]) func(int) error {
+	return func(i int) error {
+		select {
+		case <-acquired.Settled(i):
+			if o, err := acquired.Result(i); err == nil && o == Taken {
+				return errNothingToRelease
+			}
+		default:
+		}
+		return nil
+	}
+}
+
+// roundError describes a round that did not succeed: see QuorumError.
+// c is the round's command: a node's ACL refusal is explained in its terms.
+// timing, where the round was timed, gives each node's latency.
+func (l *Locker) roundError(ctx context.Context, op string, c wire.Command, tally quorum.Tally[Outcome], timing *latencies) *QuorumError {
+	e := &QuorumError{Op: op, Key: c.Key, Keys: slices.Clone(c.OrderedBy()), Need: tally.Need, Granted: tally.Accepted, Nodes: l.results(tally, timing, func(err error) error { return explainDenied(c, err) })}
+	taken, missing, notWaited := 0, 0, 0
+	for _, n := range e.Nodes {
+		switch n.Outcome {
+		case Taken:
+			taken++
+		case Missing, Revoked:
+			missing++
+		}
+		if errors.Is(n.Err, errNotWaitedFor) {
+			notWaited++
+		}
+	}
+	l.lastKnown(e, c.Key)
+	e.remedy = l.trustRemedy(e.Nodes)
+	cannotWin := len(tally.Votes) - tally.Need // more refusals than this decide
+	switch {                                   // what the nodes answered outranks a context that ended meanwhile
+	case op == "acquire" && (taken > cannotWin || (taken > 0 && taken+notWaited > cannotWin)):
+		// Contention decided it, whether by the nodes' refusals alone or
+		// by a Lock's attempt that stopped waiting after one (yielding).
+		e.Cause = ErrNotObtained
+	case op != "acquire" && taken+missing > cannotWin:
+		e.Cause = ErrNotHeld
+	case op != "unlock" && ctx.Err() != nil:
+		e.Cause = contextError(ctx)
+	case tally.Won:
+		e.Cause = errValidityUsedUp
+	}
+	return e
+}
+
+// contextError is ctx's error, with its cause where the cause differs, so
+// that errors.Is matches both.
+func contextError(ctx context.Context) error {
+	err, cause := ctx.Err(), context.Cause(ctx)
+	if cause == nil || cause == err {
+		return err
+	}
+	return fmt.Errorf("%w: %w", err, cause)
+}
+
+// yielding returns the context a Lock's attempt decides under (req.yield):
+// once a node has refused because another value holds the key, the
+// attempt waits for the nodes still to answer only as long again as the
+// refusal took (at least minYield), four times as long for each attempt of
+// this Lock that yielded before (req.yielded), then counts them as not answered and
+// loses (as contention: ErrNotObtained). Why: two contenders that split
+// the fast nodes between them would otherwise each hold their share while
+// a slow node answers (a WAIT that runs to its timeout, say), keeping
+// every other attempt out, and do it again on their next tries: a
+// livelock. Lock tries again after its backoff, which grows while
+// attempts split. Why longer: a refusal may be no contender's but a
+// grant left behind on a minority (a crashed client's, an Unlock that
+// missed the node), with the slow node the only way to a majority: the
+// Lock's later attempts wait long enough for it. (Waiting fully whenever
+// the same value refused two attempts in a row was tried: one attempt
+// that waited made its value repeat for the others, which then waited
+// too, and the livelock came back.) A TryLock, which has no next try,
+// waits for every node as before. contended goes to the attempt's
+// ballot; stop releases what yielding set up, once the decision is made.
+func (l *Locker) yielding(ctx context.Context, req request, start time.Time) (decide context.Context, contended func(), stop func()) {
+	if !req.yield {
+		return ctx, nil, func() {}
+	}
+	decide, cancel := context.WithCancelCause(ctx)
+	var once sync.Once
+	var timer atomic.Pointer[time.Timer]
+	contended = func() {
+		once.Do(func() {
+			grace := drift.Mul(max(drift.Mul(l.opts.Clock.Now().Sub(start), 2), minYield), 1<<min(2*req.yielded, 20))
+			timer.Store(time.AfterFunc(min(grace, l.opts.NodeTimeout), func() { cancel(errNotWaitedFor) }))
+		})
+	}
+	stop = func() {
+		once.Do(func() {}) // no timer after the decision
+		if t := timer.Load(); t != nil {
+			t.Stop()
+		}
+		cancel(nil)
+	}
+	return decide, contended, stop
+}
+
+// minYield is the least a Lock's attempt waits for the nodes still to
+// answer after one refused (see yielding).
+const minYield = 2 * time.Millisecond
