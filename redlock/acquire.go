@@ -97,6 +97,21 @@ func (l *Locker) checkTTL(op, key string, multi []string, ttl time.Duration) err
 	return fmt.Errorf("redlock: %s %s: %w", op, request{key: key, multi: multi}.describe(), problem)
 }
 
+// attemptRound is one acquisition attempt as its round was decided: what
+// fencing, the lease or the release on failure, and the attempt's events
+// are made from.
+type attemptRound struct {
+	req      request
+	n        int       // the Lock's attempt number (1 for TryLock)
+	value    string    // the lease's value, new for each attempt
+	start    time.Time // before the first send
+	cmd      wire.Command
+	round    *quorum.Round[Outcome]
+	tally    quorum.Tally[Outcome]
+	counters []uint64   // phase 1's fencing counters, per node and key, filled in by the replies (nil: unfenced)
+	timing   *latencies // nil: not observed
+}
+
 // attempt is one acquisition, Lock's n-th: SET NX PX GET on every node,
 // decided early.
 func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error) {
@@ -110,66 +125,76 @@ func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error
 		}
 		start = l.opts.Clock.Now()
 	}
-	value := newValue(l.opts.Owner)
+	a := attemptRound{req: req, n: n, value: newValue(l.opts.Owner), start: start, timing: l.timing()}
 	earlier := l.earlierReleases(req)
-	c, read, counters := l.acquisition(req, value) // counters: phase 1's fencing counters, per node and key, filled in by the replies
-	timing := l.timing()
+	var read reader
+	a.cmd, read, a.counters = l.acquisition(req, a.value)
 	decide, contended, stop := l.yielding(ctx, req, start)
-	round := l.fanOut(ctx, fan{earlier: earlier, timeout: l.opts.NodeTimeout, value: value, counters: counters, timing: timing, contended: contended}, c, read)
+	a.round = l.fanOut(ctx, fan{earlier: earlier, timeout: l.opts.NodeTimeout, value: a.value, counters: a.counters, timing: a.timing, contended: contended}, a.cmd, read)
 	// Waiting past the budget is pointless: no validity would be left.
 	wait := min(l.opts.NodeTimeout, req.budget)
-	tally := round.DecideWithin(decide, wait, l.stallGrace(wait, req.budget), granted)
+	a.tally = a.round.DecideWithin(decide, wait, l.stallGrace(wait, req.budget), granted)
 	stop()
-	until := start.Add(req.budget - l.fastClocks(tally, req.granted))
-	var token uint64
-	var tokens []uint64 // a multi-key lease's, one per key
+	until := start.Add(req.budget - l.fastClocks(a.tally, req.granted))
+	var f fencedTokens
 	var err error
-	phase2 := false
-	if tally.Won && counters != nil {
-		token, tokens, phase2, err = l.fence(ctx, req, value, c, round, tally, counters, until, timing)
+	if a.tally.Won && a.counters != nil {
+		f, err = l.fence(ctx, &a, until)
 	}
 	now := l.opts.Clock.Now()
 	if l.opts.unsafe.ValidityFromReply {
 		until = now.Add(req.granted) // the simulator's control: see internal/unsafelocker
 	}
-	if err == nil && tally.Won && until.After(now) {
-		lease := &Lease{locker: l, key: req.key, multi: req.multi, value: value, token: token, tokens: tokens, acquiredAt: start, acquired: round, heldBy: round, holders: round, ttl: req.granted, span: req.granted, until: until}
-		if timing != nil {
-			e := Event{Op: OpAcquire, Key: req.key, Attempt: n, Duration: now.Sub(start), Token: token, Validity: until.Sub(now), Nodes: l.resultsInto(timing.eventNodes(len(tally.Votes)), tally, timing, nil), Stalled: tally.Late}
-			if counters != nil {
-				e.Detail = fencedIn(phase2)
-			}
-			l.emit(e)
-			l.reportNodes(OpAcquire, req.key, round, tally, true)
-		}
-		return lease, nil
+	if err == nil && a.tally.Won && until.After(now) {
+		return l.won(&a, f, until, now), nil
 	}
+	return nil, l.failed(ctx, &a, err)
+}
 
-	// Release everywhere: at once where the SET has returned, and on the
-	// other nodes as soon as it does. Wait for the nodes that granted.
+// won makes the lease of a won attempt, valid until until (now is the
+// moment it was judged so), and reports it.
+func (l *Locker) won(a *attemptRound, f fencedTokens, until, now time.Time) *Lease {
+	req, round, tally := a.req, a.round, a.tally
+	lease := &Lease{locker: l, key: req.key, multi: req.multi, value: a.value, token: f.token, tokens: f.tokens, acquiredAt: a.start, acquired: round, heldBy: round, holders: round, ttl: req.granted, span: req.granted, until: until}
+	if a.timing != nil {
+		e := Event{Op: OpAcquire, Key: req.key, Attempt: a.n, Duration: now.Sub(a.start), Token: f.token, Validity: until.Sub(now), Nodes: l.resultsInto(a.timing.eventNodes(len(tally.Votes)), tally, a.timing, nil), Stalled: tally.Late}
+		if a.counters != nil {
+			e.Detail = fencedIn(f.phase2)
+		}
+		l.emit(e)
+		l.reportNodes(OpAcquire, req.key, round, tally, true)
+	}
+	return lease
+}
+
+// failed releases a failed attempt everywhere: at once where the SET has
+// returned, and on the other nodes as soon as it does; it waits for the
+// nodes that granted, reports the attempt, and returns its error (err,
+// fencing's, or the round's).
+func (l *Locker) failed(ctx context.Context, a *attemptRound, err error) error {
 	var releaseTiming *latencies
-	if timing != nil {
+	if a.timing != nil {
 		releaseTiming = l.timing()
 	}
-	skip := refusedIn(round)
+	skip := refusedIn(a.round)
 	if l.opts.unsafe.NoReleaseOnFailure {
 		skip = func(int) error { return errNotReleased } // the simulator's control: see internal/unsafelocker
 	}
-	released := l.release(ctx, req.key, req.multi, value, round, req.granted, releaseTiming, skip, nil)
-	if timing != nil {
+	released := l.release(ctx, releasing{key: a.req.key, multi: a.req.multi, value: a.value, after: a.round, ttl: a.req.granted, timing: releaseTiming, skip: skip})
+	if a.timing != nil {
 		// Before waiting for the granted nodes: the release's report
 		// must be counted in flight (Drain) before this attempt returns.
-		l.watchRelease(req.key, n, start, round, tally, released, releaseTiming)
+		l.watchRelease(*a, released, releaseTiming)
 	}
-	l.waitGranted(released, tally)
+	l.waitGranted(released, a.tally)
 	if err == nil {
-		err = l.roundError(ctx, "acquire", c, tally, timing)
+		err = l.roundError(ctx, "acquire", a.cmd, a.tally, a.timing)
 	}
-	if timing != nil {
-		l.emit(Event{Op: OpAcquire, Key: req.key, Attempt: n, Duration: l.opts.Clock.Now().Sub(start), Err: err, Nodes: l.nodeResultsOf(err, tally, timing), Stalled: tally.Late})
-		l.reportNodes(OpAcquire, req.key, round, tally, true)
+	if a.timing != nil {
+		l.emit(Event{Op: OpAcquire, Key: a.req.key, Attempt: a.n, Duration: l.opts.Clock.Now().Sub(a.start), Err: err, Nodes: l.nodeResultsOf(err, a.tally, a.timing), Stalled: a.tally.Late})
+		l.reportNodes(OpAcquire, a.req.key, a.round, a.tally, true)
 	}
-	return nil, err
+	return err
 }
 
 // fastClocks is how much earlier than the drift bound allows the lease's
@@ -206,27 +231,41 @@ func (l *Locker) waitGranted(round *quorum.Round[Outcome], tally quorum.Tally[Ou
 	}
 }
 
-// release sends the compare-and-delete of key's value to every node, each
-// after that node's call in acquired (see fan.after). It is cleanup, so it
-// runs detached from the caller's context (a caller who gave up still cleans
-// up), and each call may take up to ttl, not just NodeTimeout: a release
-// that is slow (EVALSHA answered NOSCRIPT late, and EVAL must follow) is
-// still worth sending until the key would have expired anyway. skip, if
-// set, says which nodes are not sent it (see refusedIn).
+// releasing is a release to send to every node: a lease's keys and
+// value, each node's after its call in the round that set the value.
+type releasing struct {
+	key   string
+	multi []string // a multi-key lease's keys
+	value string
+	after *quorum.Round[Outcome]
+	// ttl bounds how long each call may take (at least NodeTimeout): a
+	// release that is slow (EVALSHA answered NOSCRIPT late, and EVAL must
+	// follow) is still worth sending until the key would have expired
+	// anyway.
+	ttl    time.Duration
+	timing *latencies
+	skip   func(int) error // the nodes not sent it (see refusedIn); nil: none
+	// passed is nil for a failed attempt's release; for a lease's Unlock
+	// it counts the nodes whose release named another Locker's turn: the
+	// script then publishes the release to the key's waiters (see package
+	// notice).
+	passed *atomic.Int32
+}
+
+// release sends r's compare-and-delete to every node, each after that
+// node's call in r.after (see fan.after). It is cleanup, so it runs
+// detached from the caller's context (a caller who gave up still cleans
+// up).
 //
-// notify makes each node that deletes the value publish it on the key's
-// release channel (package notice), to wake waiters elsewhere: a lease's
-// Unlock does; a failed attempt's release does not, since the key was not
-// theirs to wait for (waking every other Locker's head at each lost
-// attempt would make a storm of attempts under contention).
-//
-// passed is nil for a failed attempt's release; for a lease's Unlock it
-// counts the nodes whose release named another Locker's turn: the script
-// then publishes the release to the key's waiters (see package notice).
-func (l *Locker) release(ctx context.Context, key string, multi []string, value string, acquired *quorum.Round[Outcome], ttl time.Duration, timing *latencies, skip func(int) error, passed *atomic.Int32) *quorum.Round[Outcome] {
-	f := fan{after: acquired, skip: skip, timeout: max(ttl, l.opts.NodeTimeout), release: key, releaseAll: multi, timing: timing, passed: passed}
-	c, read := l.releaseCommand(key, multi, value, passed != nil)
-	return l.fanOut(context.WithoutCancel(ctx), f, c.Of(value, wire.RoleReleases), read)
+// A lease's Unlock (r.passed set) makes each node that deletes the value
+// publish it on the key's release channel (package notice), to wake
+// waiters elsewhere; a failed attempt's release does not, since the key
+// was not theirs to wait for (waking every other Locker's head at each
+// lost attempt would make a storm of attempts under contention).
+func (l *Locker) release(ctx context.Context, r releasing) *quorum.Round[Outcome] {
+	f := fan{after: r.after, skip: r.skip, timeout: max(r.ttl, l.opts.NodeTimeout), release: r.key, releaseAll: r.multi, timing: r.timing, passed: r.passed}
+	c, read := l.releaseCommand(r.key, r.multi, r.value, r.passed != nil)
+	return l.fanOut(context.WithoutCancel(ctx), f, c.Of(r.value, wire.RoleReleases), read)
 }
 
 // unlockCommand is a lease's release: it publishes to the key's waiters

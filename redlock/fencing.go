@@ -9,7 +9,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redlock/redlock/quorum"
 	"github.com/redlock/redlock/redlock/internal/wire"
 )
 
@@ -86,10 +85,10 @@ func parseFenced(cmd *redis.Cmd) (Outcome, uint64, error) {
 	return Granted, c, nil
 }
 
-// fence completes a fenced acquisition whose phase-1 round (command c1)
-// is won, with counters the phase-1 replies: it returns the token (and a
+// fence completes a fenced acquisition whose phase-1 round is won (its
+// counters filled in by the replies): it returns the token (and a
 // multi-key lease's tokens, one per key), after phase 2 where phase 2 is
-// needed, or the round's error.
+// needed (raiseCounters), or the round's error.
 //
 // Phase 2 exists to leave a majority of nodes with a counter at least t.
 // Where the phase-1 replies that granted before the decision already show
@@ -98,20 +97,24 @@ func parseFenced(cmd *redis.Cmd) (Outcome, uint64, error) {
 // is skipped: the fast path. Order and uniqueness rest on nothing else
 // (see above). In a steady deployment every node increments in step and a
 // fenced acquisition costs one round trip; after a node missed increments,
-// one phase 2 brings it back in step. phase2 reports whether it ran.
+// one phase 2 brings it back in step. fencedTokens.phase2 reports whether
+// it ran.
 //
 // Either way the token is recorded on the nodes, for Inspect: by phase 2
-// where it runs, else by a SET sent unawaited to the node that issued it.
-func (l *Locker) fence(ctx context.Context, req request, value string, c1 wire.Command, phase1 *quorum.Round[Outcome], tally quorum.Tally[Outcome], counters []uint64, until time.Time, timing *latencies) (token uint64, tokens []uint64, phase2 bool, err error) {
-	width := max(len(req.multi), 1) // keys: each has its counter and token
-	var one [1]uint64               // t of a single key, without allocating
+// where it runs, else by a SET sent unawaited to the node that issued it
+// (recordToken).
+func (l *Locker) fence(ctx context.Context, phase1 *attemptRound, until time.Time) (fencedTokens, error) {
+	var f fencedTokens
+	width := max(len(phase1.req.multi), 1) // keys: each has its counter and token
+	var one [1]uint64                      // t of a single key, without allocating
 	ts := one[:]
 	if width > 1 {
-		ts, tokens = make([]uint64, width), make([]uint64, width)
+		ts, f.tokens = make([]uint64, width), make([]uint64, width)
 	}
 	lagging := false // some key's t is not on a majority yet
 	var ownersOf [1]int
 	owners := ownersOf[:0] // the nodes whose counter gave some key's t
+	tally := phase1.tally
 	for k := range width {
 		var t uint64
 		owner, atT := -1, 0 // atT: granting nodes whose counter is t
@@ -119,7 +122,7 @@ func (l *Locker) fence(ctx context.Context, req request, value string, c1 wire.C
 			if !v.Accepted {
 				continue // its reply may still be writing its counters
 			}
-			switch c := counters[i*width+k]; {
+			switch c := phase1.counters[i*width+k]; {
 			case owner < 0 || c > t:
 				t, owner, atT = c, i, 1
 			case c == t:
@@ -132,67 +135,87 @@ func (l *Locker) fence(ctx context.Context, req request, value string, c1 wire.C
 		}
 		tok := t<<tokenNodeBits | l.nodes[owner].label
 		if k == 0 {
-			token = tok
+			f.token = tok
 		}
-		if tokens != nil {
-			tokens[k] = tok
+		if f.tokens != nil {
+			f.tokens[k] = tok
 		}
 		lagging = lagging || atT < tally.Need
 	}
 	if l.opts.unsafe.NoFencingPhase2 { // a test's control (internal/unsafelocker)
-		return token, tokens, false, nil
+		return f, nil
 	}
 	if !lagging && !l.opts.unsafe.AlwaysFencingPhase2 {
-		// The fast path: t is on a majority already, and the acquisition
-		// does not wait for more. The token is recorded beside the counter
-		// on the node (or nodes, one per key) whose counter gave t, unawaited,
-		// so that Inspect shows the token this lease's Token reports: which
-		// node's label it carries only this decision knows. One small
-		// script on that node, not phase 2 on every granting node: fenced
-		// load ran 20% slower with the latter. The caller's cancellation
-		// does not stop it.
-		notOwner := func(i int) error {
-			if !slices.Contains(owners, i) {
-				return errNotOwner
-			}
-			return nil
-		}
-		l.fanOut(context.WithoutCancel(ctx), fan{skip: notOwner, timeout: l.opts.NodeTimeout}, tokenRecordCommand(req, value, token, tokens), readRecorded)
-		return token, tokens, false, nil
+		l.recordToken(ctx, phase1, f, owners)
+		return f, nil
 	}
-	// Phase 2 goes to the nodes that granted phase 1. A pipelined node whose
-	// phase-1 reply is still outstanding gets it too, queued behind phase 1:
-	// the script raises the counters only where the keys hold this value,
-	// which is as safe there as on any granting node. It records the token
-	// too, on every node it reaches.
+	f.phase2 = true
+	return f, l.raiseCounters(ctx, phase1, ts, f, until)
+}
+
+// fencedTokens are a fenced acquisition's tokens: token, its key's (the
+// first key's of a multi-key lease), and a multi-key lease's tokens, one
+// per key; phase2 says whether phase 2 ran.
+type fencedTokens struct {
+	token  uint64
+	tokens []uint64
+	phase2 bool
+}
+
+// recordToken is fence's fast path: t is on a majority already, and the
+// acquisition does not wait for more. The token is recorded beside the
+// counter on the node (or nodes, one per key) whose counter gave t
+// (owners), unawaited, so that Inspect shows the token this lease's Token
+// reports: which node's label it carries only this decision knows. One
+// small script on that node, not phase 2 on every granting node: fenced
+// load ran 20% slower with the latter. The caller's cancellation does not
+// stop it.
+func (l *Locker) recordToken(ctx context.Context, phase1 *attemptRound, f fencedTokens, owners []int) {
+	notOwner := func(i int) error {
+		if !slices.Contains(owners, i) {
+			return errNotOwner
+		}
+		return nil
+	}
+	l.fanOut(context.WithoutCancel(ctx), fan{skip: notOwner, timeout: l.opts.NodeTimeout}, tokenRecordCommand(phase1.req, phase1.value, f.token, f.tokens), readRecorded)
+}
+
+// raiseCounters is fence's phase 2, which raises each key's counter to its
+// t (ts) where it lags, on a majority, before until. It goes to the nodes
+// that granted phase 1. A pipelined node whose phase-1 reply is still
+// outstanding gets it too, queued behind phase 1: the script raises the
+// counters only where the keys hold this value, which is as safe there as
+// on any granting node. It records the token too, on every node it
+// reaches.
+func (l *Locker) raiseCounters(ctx context.Context, phase1 *attemptRound, ts []uint64, f fencedTokens, until time.Time) error {
 	notGranted := func(i int) error {
 		select {
-		case <-phase1.Settled(i):
-			if o, err := phase1.Result(i); err != nil || o != Granted {
+		case <-phase1.round.Settled(i):
+			if o, err := phase1.round.Result(i); err != nil || o != Granted {
 				return errNotGranted
 			}
 		default:
 		}
 		return nil
 	}
-	c := phase2Command(req, value, ts, token, tokens)
+	c := phase2Command(phase1.req, phase1.value, ts, f.token, f.tokens)
 	var timing2 *latencies
-	if timing != nil {
+	if phase1.timing != nil {
 		timing2 = l.timing()
 	}
-	round2 := l.fanOut(ctx, fan{after: phase1, skip: notGranted, timeout: l.opts.NodeTimeout, timing: timing2}, c, readScript)
+	round2 := l.fanOut(ctx, fan{after: phase1.round, skip: notGranted, timeout: l.opts.NodeTimeout, timing: timing2}, c, readScript)
 	left := until.Sub(l.opts.Clock.Now())
 	if left <= 0 {
-		return 0, nil, true, l.roundError(ctx, "acquire", c1, tally, timing) // validity used up in phase 1
+		return l.roundError(ctx, "acquire", phase1.cmd, phase1.tally, phase1.timing) // validity used up in phase 1
 	}
 	wait := min(l.opts.NodeTimeout, left)
 	tally2 := round2.DecideWithin(ctx, wait, l.stallGrace(wait, left), granted)
 	if !tally2.Won {
 		e := l.roundError(ctx, "acquire", c, tally2, timing2)
 		e.Op = "acquire (fencing phase)"
-		return 0, nil, true, e
+		return e
 	}
-	return token, tokens, true, nil
+	return nil
 }
 
 // tokenRecordCommand records a lease's token beside its key's fencing

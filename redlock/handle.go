@@ -14,7 +14,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/redlock/redlock/quorum"
 	"github.com/redlock/redlock/redlock/internal/wire"
 )
 
@@ -162,7 +161,7 @@ func (l *Locker) Resume(ctx context.Context, h Handle) (*Lease, error) {
 	}
 	var lease *Lease
 	if err == nil {
-		lease, err = l.resumed(req, h, round, tally, found, counters, start)
+		lease, err = l.resumed(h, &attemptRound{req: req, value: h.Value, start: start, cmd: c, round: round, tally: tally, counters: counters}, found)
 	}
 	if timing != nil {
 		e := Event{Op: OpResume, Key: req.key, Duration: l.opts.Clock.Now().Sub(start), Err: err, Nodes: l.nodeResultsOf(err, tally, timing)}
@@ -174,9 +173,11 @@ func (l *Locker) Resume(ctx context.Context, h Handle) (*Lease, error) {
 	return lease, err
 }
 
-// resumed makes the lease of a won resume round: its validity from the
-// majority's least time left, its tokens checked against the counters.
-func (l *Locker) resumed(req request, h Handle, round *quorum.Round[Outcome], tally quorum.Tally[Outcome], found []holding, counters []uint64, start time.Time) (*Lease, error) {
+// resumed makes the lease of h from its won resume round r, in which the
+// nodes told what they hold (found): its validity from the majority's
+// least time left, its tokens checked against the counters.
+func (l *Locker) resumed(h Handle, r *attemptRound, found []holding) (*Lease, error) {
+	req, round, tally, counters, start := r.req, r.round, r.tally, r.counters, r.start
 	name := req.describe()
 	var left []time.Duration
 	longest := time.Duration(0)

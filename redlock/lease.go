@@ -407,7 +407,7 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	for _, k := range l.multi {
 		lk.notices.Expect(k, l.value)
 	}
-	round := lk.release(ctx, l.key, l.multi, l.value, l.acquired, ttl, timing, nil, &l.passed)
+	round := lk.release(ctx, releasing{key: l.key, multi: l.multi, value: l.value, after: l.acquired, ttl: ttl, timing: timing, passed: &l.passed})
 	tally := round.Decide(detached, lk.releaseWait(left), granted)
 	// The next Lock waiting here tries at once, unless the release named
 	// another Locker's turn: it then joins the key's line. Named by most

@@ -318,7 +318,8 @@ func (l *Locker) timing() *latencies {
 // attempt (OpRelease) and the grants that came after its decision
 // (OpLateGrant), once every node has answered both the acquisition and its
 // release. Drain waits for it.
-func (l *Locker) watchRelease(key string, attempt int, start time.Time, acquired *quorum.Round[Outcome], decided quorum.Tally[Outcome], released *quorum.Round[Outcome], timing *latencies) {
+func (l *Locker) watchRelease(a attemptRound, released *quorum.Round[Outcome], timing *latencies) {
+	key, attempt, start, acquired, decided := a.req.key, a.n, a.start, a.round, a.tally
 	l.inflight.add(1)
 	go func() {
 		defer l.inflight.done()

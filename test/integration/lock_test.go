@@ -128,10 +128,11 @@ func TestNodesDown(t *testing.T) {
 
 // 4. One node frozen (docker pause): 200 TryLock+Unlock cycles have a p50
 // within 2x (+1 ms) of 200 cycles with all five healthy, measured here, and
-// a p99 far below the 1 s NodeTimeout that a cycle waiting for the frozen
+// a p99 below half the 1 s NodeTimeout that a cycle waiting for the frozen
 // node would take. (A p99 bound relative to the healthy p99 failed in CI:
 // with 200 cycles the p99 is the second-slowest, and a loaded machine's
-// stalls of a few milliseconds decide it.)
+// stalls decide it; so did a bound of 100 ms, under a CI run beside other
+// tests, where the healthy cycles' own p99 was 148 ms.)
 func TestFrozenNodeDoesNotSlowCycles(t *testing.T) {
 	c := harness.Start(t, harness.Options{})
 	l := newLocker(t, c, &redlock.Options{NodeTimeout: time.Second})
@@ -160,7 +161,7 @@ func TestFrozenNodeDoesNotSlowCycles(t *testing.T) {
 	t.Logf("cycle latency, 200 cycles each: healthy p50 %v p99 %v max %v; one node frozen p50 %v p99 %v max %v",
 		p(healthy, 0.5), p(healthy, 0.99), healthy[len(healthy)-1], p(frozen, 0.5), p(frozen, 0.99), frozen[len(frozen)-1])
 	assert.LessOrEqual(t, p(frozen, 0.5), 2*p(healthy, 0.5)+time.Millisecond, "the median cycle slowed by the frozen node")
-	assert.Less(t, p(frozen, 0.99), 100*time.Millisecond, "cycles waited for the frozen node (NodeTimeout 1s)")
+	assert.Less(t, p(frozen, 0.99), 500*time.Millisecond, "cycles waited for the frozen node (NodeTimeout 1s)")
 	eventually(t, 5*time.Second, "the responsive nodes hold no key", func() (bool, error) {
 		for _, n := range c.Nodes[:4] {
 			if k, err := n.Admin.Exists(ctx, "it:frozen").Result(); err != nil || k > 0 {
