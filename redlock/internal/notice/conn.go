@@ -141,18 +141,7 @@ func (c *conn) step() bool {
 	n.mu.Lock()
 	c.mu.Lock()
 	if len(c.want) == 0 {
-		c.closed = true
-		if n.conns[c.name] == c {
-			delete(n.conns, c.name)
-		}
-		ps := c.ps
-		c.ps = nil
-		c.mu.Unlock()
-		n.mu.Unlock()
-		if ps != nil {
-			_ = ps.Close()
-		}
-		n.hub.signal()
+		c.end()
 		return false
 	}
 	mode, ps := c.mode, c.ps
@@ -177,17 +166,54 @@ func (c *conn) step() bool {
 		c.mu.Unlock()
 	}
 	if ps == nil {
-		if mode == modeSharded {
-			ps = c.client.SSubscribe(ctx)
-		} else {
-			ps = c.client.Subscribe(ctx)
-		}
-		c.mu.Lock()
-		c.ps = ps
-		c.sent = map[string]bool{}
-		c.mu.Unlock()
-		go c.read(ps)
+		ps = c.open(ctx, mode)
 	}
+	if err := c.subscribe(ctx, mode, ps); err != nil {
+		c.retryLater() // the reader sees the connection fail, and go-redis reopens it
+	}
+	return true
+}
+
+// end closes the connection, which nothing wants any more, and takes it
+// out of its node's. Called with the node's lock and the connection's
+// held, it releases both.
+func (c *conn) end() {
+	n := c.node
+	c.closed = true
+	if n.conns[c.name] == c {
+		delete(n.conns, c.name)
+	}
+	ps := c.ps
+	c.ps = nil
+	c.mu.Unlock()
+	n.mu.Unlock()
+	if ps != nil {
+		_ = ps.Close()
+	}
+	n.hub.signal()
+}
+
+// open opens the connection's subscriber, of sharded or plain channels as
+// mode says, with nothing subscribed yet, and starts its reader.
+func (c *conn) open(ctx context.Context, mode int) *redis.PubSub {
+	var ps *redis.PubSub
+	if mode == modeSharded {
+		ps = c.client.SSubscribe(ctx)
+	} else {
+		ps = c.client.Subscribe(ctx)
+	}
+	c.mu.Lock()
+	c.ps = ps
+	c.sent = map[string]bool{}
+	c.mu.Unlock()
+	go c.read(ps)
+	return ps
+}
+
+// subscribe brings the channels ps is subscribed to (sent) to those
+// wanted: it subscribes to what is new and unsubscribes from what is no
+// longer wanted.
+func (c *conn) subscribe(ctx context.Context, mode int, ps *redis.PubSub) error {
 	c.mu.Lock()
 	var add, drop []string
 	for ch := range c.want {
@@ -217,8 +243,7 @@ func (c *conn) step() bool {
 		}
 	}
 	if err != nil {
-		c.retryLater() // the reader sees the connection fail, and go-redis reopens it
-		return true
+		return err
 	}
 	c.mu.Lock()
 	for _, ch := range add {
@@ -230,7 +255,7 @@ func (c *conn) step() bool {
 	}
 	c.failures = 0
 	c.mu.Unlock()
-	return true
+	return nil
 }
 
 // probe finds out whether the release script's SPUBLISH works here, by
