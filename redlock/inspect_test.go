@@ -4,18 +4,22 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
+	"github.com/redlock/redlock/internal/redistest"
 	"github.com/redlock/redlock/internal/unsafelocker"
 	"github.com/redlock/redlock/quorum"
 	"github.com/redlock/redlock/redlock"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestOwnerLabel(t *testing.T) {
@@ -562,4 +566,179 @@ func TestInspectShowsTheTokenTheHolderSees(t *testing.T) {
 		assert.Zero(t, token, "no phase 2, no record: the token %d is nowhere on the nodes", lease.Token())
 		require.NoError(t, lease.Unlock(ctx))
 	})
+}
+
+// recipeCommands are the commands docs/operations.md's least-privilege ACL
+// user may run ("+set +get ..."), read from the recipe itself.
+func recipeCommands(t *testing.T) map[string]bool {
+	t.Helper()
+	doc, err := os.ReadFile("../docs/operations.md")
+	require.NoError(t, err)
+	line := regexp.MustCompile(`(?m)^ACL SETUSER app reset .*$`).FindString(string(doc))
+	require.NotEmpty(t, line, "docs/operations.md has no ACL recipe")
+	allowed := map[string]bool{}
+	for _, f := range strings.Fields(line) {
+		if c, ok := strings.CutPrefix(f, "+"); ok {
+			allowed[c] = true
+		}
+	}
+	return allowed
+}
+
+// aclNodes are the cluster's nodes as the recipe's user sees them: a
+// command the recipe does not allow is refused as Redis refuses it
+// (NOPERM). Scripts' own calls are not checked (the recipe allows what
+// they call).
+func aclNodes(t *testing.T, c *cluster) []redlock.Node {
+	allowed := recipeCommands(t)
+	return c.nodes(func(_ int, n redlock.Node) redlock.Node {
+		return &hookNode{Node: n, beforeDo: func(_ context.Context, args []any) error {
+			name, _ := args[0].(string)
+			name = strings.ToLower(name)
+			if sub, ok := args[1].(string); ok && (name == "script" || name == "config" || name == "client") {
+				name += "|" + strings.ToLower(sub)
+			}
+			if !allowed[name] {
+				return redistest.ServerError(fmt.Sprintf("NOPERM User app has no permissions to run the '%s' command", name))
+			}
+			return nil
+		}}
+	})
+}
+
+// Inspect shows a fenced lease's token (Inspection.Token, the one
+// Lease.TokenOf reports for the key) for a Locker whose user is the least-
+// privilege one docs/operations.md gives, which it says is all the library
+// needs, Inspect and fencing included: the token record goes by a script
+// (record.lua), whose calls the recipe allows, for a single-key lease and
+// a multi-key one alike. A record by a command the recipe lacks (MSET,
+// say) would be refused on every node, unseen, since nothing waits for it.
+func TestInspectShowsAMultiKeyLeasesTokenWithTheLeastPrivilegeACL(t *testing.T) {
+	ctx := t.Context()
+	c := newCluster(t, 3)
+	l := newLocker(t, aclNodes(t, c), &redlock.Options{Fencing: true})
+
+	single, err := l.TryLock(ctx, "lock:one", 10*time.Second)
+	require.NoError(t, err)
+	drain(t, l) // the record, sent unawaited, has been answered
+	in, err := l.Inspect(ctx, "lock:one")
+	require.NoError(t, err)
+	require.Equal(t, single.Value(), in.Holder)
+	require.Equal(t, single.Token(), in.Token, "control: a single-key lease's token, recorded by SET")
+
+	multi, err := l.TryLockMulti(ctx, []string{"lock:a", "lock:b"}, 10*time.Second)
+	require.NoError(t, err)
+	drain(t, l)
+	for _, k := range multi.Keys() {
+		in, err := l.Inspect(ctx, k)
+		require.NoError(t, err)
+		require.Equal(t, multi.Value(), in.Holder, k)
+		assert.Equal(t, multi.TokenOf(k), in.Token, "Inspect(%q) shows the holder's token", k)
+	}
+}
+
+// A fenced lease's token record, sent unawaited after a fast-path
+// acquisition, may arrive after its lease ended: here lease A's record to
+// node 0 is slow (its call stalls); A is unlocked meanwhile, B takes the
+// key with node 0's counter and records its token there, and then A's
+// record arrives. The record is written only while the key holds its
+// lease's value (record.lua), so B's stays: Inspect shows B's token for
+// B's whole TTL, not 0.
+func TestInspectShowsTheHoldersTokenAfterAnEarlierLeasesLateRecord(t *testing.T) {
+	ctx := t.Context()
+	c := newCluster(t, 3)
+	var (
+		mu    sync.Mutex
+		gated = true
+	)
+	arrived, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	// Nodes 1 and 2 answer acquisitions a little later than node 0, so that
+	// node 0 counts in every decision and its counter issues every token.
+	wrap := func(gate bool) func(int, redlock.Node) redlock.Node {
+		return func(i int, n redlock.Node) redlock.Node {
+			h := &hookNode{Node: n}
+			h.beforeScript = func(_ context.Context, keys []string, _ []any) error {
+				if i > 0 && len(keys) > 1 && strings.HasSuffix(keys[1], ":fencing") {
+					time.Sleep(20 * time.Millisecond)
+				}
+				if !gate || !slices.ContainsFunc(keys, func(k string) bool { return strings.Contains(k, ":fencing-token") }) {
+					return nil
+				}
+				mu.Lock()
+				hold := gated
+				mu.Unlock()
+				if hold {
+					once.Do(func() { close(arrived) })
+					<-release
+				}
+				return nil
+			}
+			return h
+		}
+	}
+	la := newLocker(t, c.nodes(wrap(true)), &redlock.Options{Fencing: true})
+	lb := newLocker(t, c.nodes(wrap(false)), &redlock.Options{Fencing: true})
+
+	a, err := la.TryLock(ctx, "k", 10*time.Second)
+	require.NoError(t, err)
+	<-arrived // A's record is on its way to node 0, and slow
+	mu.Lock()
+	gated = false
+	mu.Unlock()
+	require.NoError(t, a.Unlock(ctx))
+
+	b, err := lb.TryLock(ctx, "k", 10*time.Second)
+	require.NoError(t, err)
+	drain(t, lb) // B's record is on node 0
+	in, err := lb.Inspect(ctx, "k")
+	require.NoError(t, err)
+	require.Equal(t, b.Token(), in.Token, "control: before A's record arrives")
+
+	close(release) // A's record arrives
+	drain(t, la)
+	in, err = lb.Inspect(ctx, "k")
+	require.NoError(t, err)
+	require.Equal(t, b.Value(), in.Holder, "B holds the key")
+	assert.Positive(t, b.Validity())
+	assert.Equal(t, b.Token(), in.Token, "Inspect shows the holder's token")
+}
+
+// Locks "a" and "{a}" are two locks (two keys, held at once by two
+// leases) whose fencing counter is one: hashtag.Beside wraps an untagged
+// key in a tag and keeps a tagged one's, so both count in "{a}:fencing"
+// (harmless: it only grows). Their token records are two
+// ("{a}:fencing-token-untagged" and "{a}:fencing-token"), so each lease's
+// Inspect shows its holder's token once both are written; one record
+// would hold the later acquisition's alone, and Inspect("a") would show 0.
+func TestInspectShowsTheTokenOfTwoLocksWhoseNamesShareATag(t *testing.T) {
+	ctx := t.Context()
+	c := newCluster(t, 3)
+	// Nodes 1 and 2 answer acquisitions a little later than node 0, so
+	// that node 0's counter issues both tokens (as it does most of the
+	// time anyway: the lowest node among the first to grant).
+	l := newLocker(t, c.nodes(func(i int, n redlock.Node) redlock.Node {
+		if i == 0 {
+			return n
+		}
+		return &hookNode{Node: n, beforeScript: func(_ context.Context, keys []string, _ []any) error {
+			if len(keys) > 1 && strings.HasSuffix(keys[1], ":fencing") {
+				time.Sleep(20 * time.Millisecond)
+			}
+			return nil
+		}}
+	}), &redlock.Options{Fencing: true})
+
+	plain, err := l.TryLock(ctx, "a", 10*time.Second)
+	require.NoError(t, err)
+	tagged, err := l.TryLock(ctx, "{a}", 10*time.Second)
+	require.NoError(t, err, "another lock")
+	drain(t, l) // both records written
+
+	for _, lease := range []*redlock.Lease{tagged, plain} {
+		in, err := l.Inspect(ctx, lease.Key())
+		require.NoError(t, err)
+		require.Equal(t, lease.Value(), in.Holder, lease.Key())
+		assert.Equal(t, lease.Token(), in.Token, "Inspect(%q) shows its holder's token", lease.Key())
+	}
 }

@@ -1,17 +1,19 @@
 package redlock_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
 	"github.com/redlock/redlock/quorum"
 	"github.com/redlock/redlock/redlock"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // tripRecorder is a RoundTripObserver that keeps every round trip (and
@@ -145,3 +147,190 @@ type panickingTrips struct{}
 
 func (panickingTrips) Observe(redlock.Event)              {}
 func (panickingTrips) ObserveRoundTrip(redlock.RoundTrip) { panic("observer bug") }
+
+// A direct call's trip reports ErrNoReply (ErrNodeTimeout, "no reply ... in
+// time (NodeTimeout)") only when the call's own time ran out: a caller
+// whose context ends first gets its own context's error, as its vote does.
+// (tripError once converted every deadline.)
+func TestDirectTripTellsTheCallersDeadlineFromTheNodeTimeout(t *testing.T) {
+	c := newCluster(t, 3)
+	nodes := c.nodes(func(_ int, n redlock.Node) redlock.Node {
+		// A node that does not answer: the call ends with its context.
+		return &hookNode{Node: n, beforeDo: func(ctx context.Context, _ []any) error { <-ctx.Done(); return ctx.Err() }}
+	})
+	rec := &tripRecorder{}
+	l, err := redlock.New(nodes, &redlock.Options{Observer: rec, NodeTimeout: 5 * time.Second, NoAutoPipeline: true})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	_, err = l.TryLock(ctx, "k", 10*time.Second)
+	require.Error(t, err)
+	drain(t, l)
+	require.Eventually(t, func() bool { return len(rec.to(0)) > 0 }, 10*time.Second, 10*time.Millisecond)
+	trip := rec.to(0)[0]
+	t.Logf("trip: %+v", trip)
+	if ev := rec.of(redlock.OpAcquire); len(ev) > 0 {
+		t.Logf("the vote's own error for node 0: %v", ev[0].Nodes[0].Err)
+	}
+	require.Error(t, trip.Err)
+	assert.Less(t, trip.Duration, 5*time.Second, "the call ended with the caller's context")
+	assert.NotErrorIs(t, trip.Err, quorum.ErrNoReply,
+		"the caller's deadline is reported as the node's timeout (%v) after %v", trip.Err, trip.Duration)
+}
+
+// goexitTrips ends the goroutine that calls it, once: as t.FailNow or
+// require.* inside an observer would (runtime.Goexit is not a panic, and
+// observeTrip's recover does not stop it).
+type goexitTrips struct {
+	recorder
+	once sync.Once
+}
+
+func (g *goexitTrips) ObserveRoundTrip(t redlock.RoundTrip) {
+	if t.Node == 0 {
+		g.once.Do(runtime.Goexit)
+	}
+}
+
+// A RoundTripObserver that ends its goroutine (Goexit, e.g. a test's
+// require inside it) ends the pipeline's sender, but not the pipeline: the
+// batch's replies are delivered, its keys let go, and a new sender sends
+// what is queued (the release behind it, later locks). Once the replies
+// were never delivered, the release never sent, and Drain hung.
+func TestGoexitInRoundTripObserverDoesNotStrandThePipeline(t *testing.T) {
+	c := newCluster(t, 3)
+	obs := &goexitTrips{}
+	l, err := redlock.New(c.nodes(nil), &redlock.Options{Observer: obs, NodeTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	lease, err := l.TryLock(t.Context(), "k", time.Minute)
+	require.NoError(t, err, "two nodes carry the lock")
+	require.NoError(t, lease.Unlock(t.Context()))
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	drainErr := l.Drain(ctx)
+	assert.NoError(t, drainErr, "Drain: node 0's reply was never delivered")
+	assert.Empty(t, lockKeys(c.servers[0]), "node 0 keeps the released lock")
+	// A later lock on the key through the same Locker: node 0's pipeline
+	// must still send it (a new sender took over the queue).
+	if l2, err := l.TryLock(t.Context(), "k", time.Minute); assert.NoError(t, err) {
+		require.NoError(t, l.Drain(ctx))
+		assert.Equal(t, 3, l2.Holders(), "node 0's pipeline sends on, and it no longer holds the first lease's key")
+		_ = l2.Unlock(t.Context())
+	}
+}
+
+var _ = errors.New
+
+// sleepyTrips sleeps in every round trip to node 0.
+type sleepyTrips struct {
+	tripRecorder
+	sleep time.Duration
+}
+
+func (s *sleepyTrips) ObserveRoundTrip(t redlock.RoundTrip) {
+	s.tripRecorder.ObserveRoundTrip(t)
+	if t.Node == 0 {
+		time.Sleep(s.sleep)
+	}
+}
+
+// Health's round-trip stats for a pipeline are the batch's first trip,
+// taken before the observer runs: a slow RoundTripObserver does not show
+// in them.
+func TestHealthRTTExcludesASlowRoundTripObserver(t *testing.T) {
+	c := newCluster(t, 3)
+	obs := &sleepyTrips{sleep: 150 * time.Millisecond}
+	l, err := redlock.New(c.nodes(nil), &redlock.Options{Observer: obs, NodeTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	for range 3 {
+		lease, err := l.TryLock(t.Context(), "k", 10*time.Second)
+		require.NoError(t, err)
+		require.NoError(t, lease.Unlock(t.Context()))
+	}
+	drain(t, l)
+	h := l.Health()
+	require.Positive(t, h[0].RTT)
+	assert.Less(t, h[0].RTT, 100*time.Millisecond, "node 0's RTT counts the observer's sleep")
+	for _, trip := range obs.to(0) {
+		assert.Less(t, trip.Duration, 100*time.Millisecond, "a trip's Duration counts the observer's sleep")
+	}
+}
+
+// After the node lost its script cache, the pipeline resends the unlock
+// as EVAL; the round trip still says evalsha, carries one command and no
+// error (the rerun got its reply).
+func TestANoScriptRerunIsReportedAsSent(t *testing.T) {
+	c := newCluster(t, 1)
+	rec := &tripRecorder{}
+	l, err := redlock.New(c.nodes(nil), &redlock.Options{Observer: rec, NodeTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	lease, err := l.TryLock(t.Context(), "k", 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, c.clients[0].ScriptFlush(t.Context()).Err())
+	require.NoError(t, lease.Unlock(t.Context()))
+	drain(t, l)
+	assert.Empty(t, lockKeys(c.servers[0]))
+	trips := rec.to(0)
+	require.Len(t, trips, 2)
+	assert.Equal(t, "evalsha", trips[1].Command, "the name as sent, though the rerun went as EVAL")
+	assert.Equal(t, 1, trips[1].Commands)
+	assert.NoError(t, trips[1].Err, "NOSCRIPT then a reply: every command got one")
+	assert.GreaterOrEqual(t, trips[1].Duration, time.Duration(0))
+}
+
+// On the direct transport a release the Locker skips (the node refused
+// the SET) is not a round trip.
+func TestASkippedDirectCallIsNotARoundTrip(t *testing.T) {
+	c := newCluster(t, 3)
+	c.setOther(t, "k", 1, 2)
+	rec := &tripRecorder{}
+	l, err := redlock.New(c.nodes(nil), &redlock.Options{Observer: rec, NodeTimeout: 5 * time.Second, NoAutoPipeline: true})
+	require.NoError(t, err)
+	_, err = l.TryLock(t.Context(), "k", 10*time.Second)
+	require.ErrorIs(t, err, redlock.ErrNotObtained)
+	drain(t, l)
+	assert.Empty(t, lockKeys(c.servers[0]), "node 0's grant released")
+	var names []string
+	for _, trip := range rec.to(0) {
+		names = append(names, trip.Command)
+	}
+	assert.Equal(t, []string{"set", "evalsha"}, names, "node 0: the SET and its release")
+	for i := 1; i <= 2; i++ {
+		require.Len(t, rec.to(i), 1, "node %d: the refused SET only; its release was skipped", i)
+		assert.NoError(t, rec.to(i)[0].Err, "a refusal is a reply")
+	}
+}
+
+// Under concurrency on the pipeline, an observer that panics on every
+// trip loses no reply and leaves no lock.
+func TestAPanickingRoundTripObserverUnderLoadLosesNoReply(t *testing.T) {
+	c := newCluster(t, 3)
+	proxies, nodes := c.proxied(t)
+	proxies[1].SetDelay(0, 5*time.Millisecond)
+	l, err := redlock.New(nodes, &redlock.Options{Observer: panickingTrips{}, NodeTimeout: 5 * time.Second})
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	var granted atomic.Int32
+	for i := range 16 {
+		wg.Go(func() {
+			for j := range 5 {
+				key := "k" + string(rune('a'+(i+j)%4))
+				lease, err := l.Lock(t.Context(), key, 10*time.Second)
+				if assert.NoError(t, err) {
+					granted.Add(1)
+					assert.NoError(t, lease.Unlock(t.Context()))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	drain(t, l)
+	assert.EqualValues(t, 80, granted.Load())
+	for i, m := range c.servers {
+		for _, k := range lockKeys(m) {
+			if len(k) > 0 && k[0] == 'k' && len(k) == 2 {
+				t.Errorf("node %d keeps %s", i, k)
+			}
+		}
+	}
+}

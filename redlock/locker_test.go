@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
-
 	"github.com/redlock/redlock/internal/redistest"
 	"github.com/redlock/redlock/redlock"
 )

@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/redlock/redlock/redlock"
+	"github.com/stretchr/testify/require"
 )
 
 // afterDrain is an Observer that counts events and flags any that arrives
