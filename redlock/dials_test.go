@@ -8,7 +8,6 @@ import (
 	"time"
 	"weak"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -157,7 +156,7 @@ func TestNodeErrorsCarryTheAuthFailure(t *testing.T) {
 // makes a client and a Locker per request does not keep every client it
 // ever made. The control is the record of a client still in use.
 func TestDialRecordsGoWithTheirClients(t *testing.T) {
-	m := miniredis.RunT(t)
+	m := redistest.Miniredis(t) // it hosts the scripts' digests under FIPS-only mode too
 	trust(m)
 	kept := redis.NewClient(&redis.Options{Addr: m.Addr()})
 	defer kept.Close()

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -43,6 +44,9 @@ const goRedis = "github.com/redis/go-redis/v9"
 //     setter.
 //   - redlock, the coordinator: all of the above, the only package that
 //     ties them together.
+//   - internal/benchload, the load of the cycle benchmarks (redlock's and
+//     otel's, which must measure the same thing): above the coordinator,
+//     and imported by tests only (testOnly).
 var allowed = map[string][]string{
 	"clock":                   nil,
 	"drift":                   nil,
@@ -57,7 +61,13 @@ var allowed = map[string][]string{
 	"internal/unsafelocker":   nil,
 	"fence":                   {"internal/hashtag", "internal/luascript", goRedis},
 	"internal/nodeflag":       {goRedis},
+	"internal/benchload":      {"redlock", "internal/fakeredis", goRedis},
 }
+
+// testOnly are the packages only tests may import: code for benchmarks
+// that two modules share, in a non-test file only because a _test.go file
+// cannot be imported.
+var testOnly = []string{"internal/benchload"}
 
 type pkg struct {
 	ImportPath string
@@ -109,6 +119,9 @@ func violations(pkgs []pkg) []string {
 			if inModule && (strings.HasPrefix(irel, "cmd/") || strings.HasPrefix(irel, "test/")) && tree(irel) != tree(rel) {
 				out = append(out, p.ImportPath+" imports "+imp+": nothing outside a command's or a test suite's own tree may import cmd/ or test/")
 			}
+			if inModule && slices.Contains(testOnly, irel) {
+				out = append(out, p.ImportPath+" imports "+imp+", which only tests may import")
+			}
 			want, isLibrary := allowed[rel]
 			if !isLibrary || isStandard(imp) {
 				continue
@@ -159,6 +172,7 @@ func TestWrongArrowsAreReported(t *testing.T) {
 		{"internal/faultnet", "test/integration/procs"},      // the library's support knows no test suite
 		{"cmd/redlock-bench", "test/integration/harness"},    // nor does a command
 		{"test/integration", "cmd/redlock-chaos/internal/x"}, // nor a suite another tree
+		{"cmd/redlock-bench", "internal/benchload"},          // benchmark code, for tests only
 	} {
 		imp := tc.imports
 		if !strings.Contains(imp, ".") {

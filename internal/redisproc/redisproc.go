@@ -5,8 +5,9 @@
 // reconnects finds the "same" node with whatever memory the restart kept.
 //
 // It is not for the library: nothing under redlock/ imports it. The
-// integration tests have their own harness (test/integration/procs), bound
-// to testing.TB.
+// integration tests' harness (test/integration/procs) starts its
+// processes through it too (StartOn), and adds what a test suite needs:
+// a testing.TB's cleanup, replicas, Sentinels, Redis Cluster.
 package redisproc
 
 import (
@@ -17,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,11 +33,13 @@ import (
 // Server is one server process, or the place for one between a crash and a
 // restart. Its methods are safe for concurrent use.
 type Server struct {
-	bin  string
-	port int
-	dir  string
-	args []string // the caller's, after the base arguments
-	env  []string // added to this process's environment (StartEnv)
+	bin    string
+	port   int
+	dir    string
+	ownDir bool     // dir is the Server's own, removed by Close
+	base   []string // the arguments before the caller's
+	args   []string // the caller's, after the base arguments
+	env    []string // added to this process's environment (StartEnv)
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -61,7 +65,8 @@ func StartEnv(ctx context.Context, env []string, bin string, args ...string) (*S
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{bin: bin, port: port, dir: dir, args: args, env: env}
+	s := &Server{bin: bin, port: port, dir: dir, ownDir: true, args: args, env: env}
+	s.base = append(s.bareArgs(), "--save", "", "--appendonly", "no", "--protected-mode", "no", "--daemonize", "no", "--loglevel", "warning")
 	if err := s.start(ctx); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -69,10 +74,34 @@ func StartEnv(ctx context.Context, env []string, bin string, args ...string) (*S
 	return s, nil
 }
 
+// StartOn starts bin on port with dir as its data directory (kept by
+// Close: the caller's), with only --port, --bind 127.0.0.1, --dir and
+// --repl-diskless-sync-delay 0 before args (the server's own defaults hold
+// for the rest: saving on, for one), or, when args[0] is a .conf file,
+// with args alone (the file says all); and waits until it answers PING.
+func StartOn(ctx context.Context, port int, dir, bin string, args ...string) (*Server, error) {
+	s := &Server{bin: bin, port: port, dir: dir, args: args}
+	if len(args) == 0 || !strings.HasSuffix(args[0], ".conf") {
+		s.base = s.bareArgs()
+	}
+	if err := s.start(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// bareArgs are the arguments every server gets unless a .conf file says
+// all: its port, loopback, its directory, and a full sync that starts at
+// once (not after the default 5 s wait for more replicas to join it).
+func (s *Server) bareArgs() []string {
+	return []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir, "--repl-diskless-sync-delay", "0"}
+}
+
 // Addr is the server's address, 127.0.0.1:port.
 func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
-// Dir is the server's data directory (dump.rdb, the AOF).
+// Dir is the server's data directory (dump.rdb, the AOF, and server.log,
+// its output).
 func (s *Server) Dir() string { return s.dir }
 
 // Client returns a new client of the server, for administration.
@@ -81,13 +110,10 @@ func (s *Server) Client() *redis.Client {
 }
 
 func (s *Server) start(ctx context.Context) error {
-	base := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
-		"--save", "", "--appendonly", "no", "--protected-mode", "no", "--daemonize", "no",
-		"--loglevel", "warning", "--repl-diskless-sync-delay", "0"}
 	s.mu.Lock()
 	args := s.args
 	s.mu.Unlock()
-	cmd := exec.Command(s.bin, append(base, args...)...)
+	cmd := exec.Command(s.bin, append(slices.Clone(s.base), args...)...)
 	if len(s.env) > 0 {
 		cmd.Env = append(os.Environ(), s.env...)
 	}
@@ -180,30 +206,44 @@ func (s *Server) Stop() {
 }
 
 // Freeze stops the process (SIGSTOP): its connections stay open and nothing
-// is answered, as a stalled VM. Thaw resumes it.
-func (s *Server) Freeze() {
+// is answered, as a stalled VM. Thaw resumes it. The error is the
+// signal's.
+func (s *Server) Freeze() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd != nil && !s.frozen {
-		s.cmd.Process.Signal(syscall.SIGSTOP)
-		s.frozen = true
+	if s.cmd == nil || s.frozen {
+		return nil
 	}
+	s.frozen = true
+	return s.cmd.Process.Signal(syscall.SIGSTOP)
 }
 
-// Thaw resumes a frozen process.
-func (s *Server) Thaw() {
+// Thaw resumes a frozen process. The error is the signal's.
+func (s *Server) Thaw() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd != nil && s.frozen {
-		s.cmd.Process.Signal(syscall.SIGCONT)
-		s.frozen = false
+	if s.cmd == nil || !s.frozen {
+		return nil
 	}
+	s.frozen = false
+	return s.cmd.Process.Signal(syscall.SIGCONT)
 }
 
-// Close stops the server and removes its data directory.
+// Close stops the server and removes its data directory if it is the
+// Server's own (Start's; StartOn's is the caller's).
 func (s *Server) Close() {
 	s.Stop()
-	os.RemoveAll(s.dir)
+	if s.ownDir {
+		os.RemoveAll(s.dir)
+	}
+}
+
+// Log is the last lines of the server's output (server.log), one per
+// line.
+func (s *Server) Log(lines int) string {
+	out, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
+	l := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	return strings.Join(l[max(0, len(l)-lines):], "\n")
 }
 
 // RemoveData deletes the server's persisted data (dump.rdb and the AOF

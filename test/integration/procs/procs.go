@@ -20,8 +20,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,6 +27,7 @@ import (
 
 	"github.com/redlock/redlock/internal/faultnet"
 	"github.com/redlock/redlock/internal/ports"
+	"github.com/redlock/redlock/internal/redisproc"
 )
 
 // Binary returns the path of server's tool ("server", "sentinel" or "cli"),
@@ -63,18 +62,15 @@ func binaryPath(server, tool string) (string, error) {
 	return bin, nil
 }
 
-// Proc is one running server or Sentinel.
+// Proc is one running server or Sentinel: a redisproc.Server (the one
+// launcher of the repository's tools and tests) bound to a test.
 type Proc struct {
 	Name   string // for logs: "node 0 primary"
 	Port   int
 	Addr   string // 127.0.0.1:Port
 	Client *redis.Client
 
-	cmd    *exec.Cmd
-	log    string
-	exited chan struct{}
-	mu     sync.Mutex
-	frozen bool
+	srv *redisproc.Server
 }
 
 // FreePort returns a loopback port that was free a moment ago, with its
@@ -89,100 +85,44 @@ func FreePort() (int, error) {
 // BusPort is the cluster bus port a cluster node on port listens on.
 func BusPort(port int) int { return port + 5000 }
 
-// Start runs bin with --port, --bind 127.0.0.1 and --dir first, then args
-// (or, when args[0] is a .conf file, with args alone: the file says all),
-// and waits until it answers PING. The process is killed when the test ends.
+// Start runs bin on port with a directory of the test's, with --port,
+// --bind 127.0.0.1 and --dir first, then args (or, when args[0] is a .conf
+// file, with args alone: the file says all), and waits until it answers
+// PING (redisproc.StartOn). The process is killed when the test ends, and a
+// failed test's log shows its output.
 func Start(t testing.TB, name, bin string, port int, args ...string) *Proc {
 	t.Helper()
-	dir := t.TempDir()
-	p := &Proc{Name: name, Port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), log: filepath.Join(dir, "out.log"), exited: make(chan struct{})}
-	all := args
-	if len(args) == 0 || !strings.HasSuffix(args[0], ".conf") {
-		// A full sync starts at once, not after the default 5 s wait for
-		// more replicas to join it.
-		all = append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--repl-diskless-sync-delay", "0"}, args...)
-	}
-	out, err := os.Create(p.log)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := redisproc.StartOn(ctx, port, t.TempDir(), bin, args...)
 	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd = exec.Command(bin, all...)
-	p.cmd.Stdout, p.cmd.Stderr = out, out
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := p.cmd.Start(); err != nil {
-		out.Close()
 		t.Fatalf("procs: start %s (%s): %v", name, bin, err)
 	}
-	go func() { p.cmd.Wait(); out.Close(); close(p.exited) }()
-	p.Client = redis.NewClient(&redis.Options{Addr: p.Addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: 5 * time.Second})
+	p := &Proc{Name: name, Port: port, Addr: srv.Addr(), srv: srv,
+		Client: redis.NewClient(&redis.Options{Addr: srv.Addr(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: 5 * time.Second})}
 	t.Cleanup(func() {
 		p.Client.Close()
-		p.Kill()
+		srv.Kill()
 		if t.Failed() {
-			b, _ := os.ReadFile(p.log)
-			t.Logf("procs: %s (%s) output:\n%s", name, p.Addr, tail(string(b), 40))
+			t.Logf("procs: %s (%s) output:\n%s", name, p.Addr, srv.Log(40))
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for p.Client.Ping(ctx).Err() != nil {
-		select {
-		case <-p.exited:
-			b, _ := os.ReadFile(p.log)
-			t.Fatalf("procs: %s exited at start:\n%s", name, tail(string(b), 20))
-		case <-ctx.Done():
-			t.Fatalf("procs: %s not answering on %s after 20s", name, p.Addr)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
 	return p
-}
-
-func tail(s string, lines int) string {
-	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(l) > lines {
-		l = l[len(l)-lines:]
-	}
-	return strings.Join(l, "\n")
 }
 
 // Freeze stops the process (SIGSTOP): connections stay open, nothing is
 // answered, replication stops.
-func (p *Proc) Freeze() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.frozen = true
-	return p.cmd.Process.Signal(syscall.SIGSTOP)
-}
+func (p *Proc) Freeze() error { return p.srv.Freeze() }
 
 // Thaw resumes a frozen process.
-func (p *Proc) Thaw() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.frozen = false
-	return p.cmd.Process.Signal(syscall.SIGCONT)
-}
+func (p *Proc) Thaw() error { return p.srv.Thaw() }
 
 // Alive reports whether the process is still running.
-func (p *Proc) Alive() bool {
-	select {
-	case <-p.exited:
-		return false
-	default:
-		return true
-	}
-}
+func (p *Proc) Alive() bool { return p.srv.Alive() }
 
-// Kill kills the process (SIGKILL) and waits for it to exit.
-func (p *Proc) Kill() {
-	p.mu.Lock()
-	if p.frozen {
-		_ = p.cmd.Process.Signal(syscall.SIGCONT)
-	}
-	p.mu.Unlock()
-	_ = p.cmd.Process.Kill()
-	<-p.exited
-}
+// Kill kills the process (SIGKILL, which ends a frozen one too) and waits
+// for it to exit.
+func (p *Proc) Kill() { p.srv.Kill() }
 
 // Replica is a replica process whose replication link to its primary runs
 // through a fault proxy, so that a test can stop replication cleanly.
@@ -318,7 +258,7 @@ func StartCluster(t testing.TB, server string, masters, replicasEach int, args .
 	cli := Binary(t, server, "cli")
 	create := exec.Command(cli, append(append([]string{"--cluster", "create"}, addrs...), "--cluster-replicas", strconv.Itoa(replicasEach), "--cluster-yes")...)
 	if out, err := create.CombinedOutput(); err != nil {
-		t.Fatalf("procs: %s --cluster create: %v\n%s", cli, err, tail(string(out), 30))
+		t.Fatalf("procs: %s --cluster create: %v\n%s", cli, err, out)
 	}
 	for _, p := range c.Nodes {
 		WaitFor(t, 30*time.Second, p.Name+" sees the cluster ok", func() (bool, error) {
@@ -698,4 +638,13 @@ func (m *SlotMove) WithoutKeys(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// tail is the last lines of a tool's output.
+func tail(s string, lines int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
 }
