@@ -188,10 +188,11 @@ func (l *Locker) recordToken(ctx context.Context, phase1 *attemptRound, f fenced
 // on any granting node. It records the token too, on every node it
 // reaches.
 func (l *Locker) raiseCounters(ctx context.Context, phase1 *attemptRound, ts []uint64, f fencedTokens, until time.Time) error {
+	round1 := phase1.round // the closure takes the round, not phase1, which stays on its caller's stack
 	notGranted := func(i int) error {
 		select {
-		case <-phase1.round.Settled(i):
-			if o, err := phase1.round.Result(i); err != nil || o != Granted {
+		case <-round1.Settled(i):
+			if o, err := round1.Result(i); err != nil || o != Granted {
 				return errNotGranted
 			}
 		default:
