@@ -5,8 +5,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -79,29 +77,14 @@ func recvName(e ast.Expr) string {
 // The coordinator and its internal packages keep to the sizes.
 func TestSizes(t *testing.T) {
 	var found []string
-	for rel := range allowed {
-		if rel != "redlock" && !strings.HasPrefix(rel, "redlock/internal/") {
-			continue
-		}
-		files, err := filepath.Glob(filepath.Join("../..", rel, "*.go"))
+	inCoordinator := func(rel string) bool { return rel == "redlock" || strings.HasPrefix(rel, "redlock/internal/") }
+	eachLibrarySource(t, inCoordinator, func(path, src string) {
+		got, err := sizeFindings(path, src)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, file := range files {
-			if strings.HasSuffix(file, "_test.go") {
-				continue
-			}
-			src, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := sizeFindings(filepath.ToSlash(filepath.Join(rel, filepath.Base(file))), string(src))
-			if err != nil {
-				t.Fatal(err)
-			}
-			found = append(found, got...)
-		}
-	}
+		found = append(found, got...)
+	})
 	slices.Sort(found)
 	var keys []string
 	for _, f := range found {

@@ -4,10 +4,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -94,28 +91,15 @@ func isMutableValue(e ast.Expr) bool {
 // lets go of it.
 func TestNoPackageLevelState(t *testing.T) {
 	var found []string
-	for rel := range allowed {
-		files, err := filepath.Glob(filepath.Join("../..", rel, "*.go"))
+	eachLibrarySource(t, func(string) bool { return true }, func(path, src string) {
+		names, err := packageState(src)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", path, err)
 		}
-		for _, file := range files {
-			if strings.HasSuffix(file, "_test.go") {
-				continue
-			}
-			src, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			names, err := packageState(string(src))
-			if err != nil {
-				t.Fatalf("%s: %v", file, err)
-			}
-			for _, n := range names {
-				found = append(found, filepath.ToSlash(filepath.Join(rel, filepath.Base(file)))+": "+n)
-			}
+		for _, n := range names {
+			found = append(found, path+": "+n)
 		}
-	}
+	})
 	slices.Sort(found)
 	for _, f := range found {
 		if _, ok := sharedState[f]; !ok {
