@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"reflect"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -53,47 +54,54 @@ func (r *dialRecord) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // wraps one.
 type hooker interface{ AddHook(redis.Hook) }
 
-// dialRecords holds one record per go-redis client given to New, so that a
-// client shared by many Lockers carries one hook, not one per Locker. The
-// keys are weak pointers and each entry goes when its client is reclaimed
-// (a cleanup added with the hook), so a program that makes a client and a
-// Locker per request does not keep every client it ever made.
-var dialRecords sync.Map // weak.Pointer[redis.Client | redis.ClusterClient | redis.Ring] -> *dialRecord
+// dialRecords holds one record per client given to New, so that a client
+// shared by many Lockers carries one hook, not one per Locker (go-redis
+// never removes a hook: a program that makes a Locker per request over one
+// client would grow the client's hook chain, and the cost of each dial,
+// without bound). The keys are weak pointers and each entry goes when its
+// client is reclaimed (a cleanup added with the hook), so a program that
+// makes a client and a Locker per request does not keep every client it
+// ever made either.
+var dialRecords sync.Map // weak.Pointer[redis.Client | redis.ClusterClient | redis.Ring | byte] -> *dialRecord
 
 // dialRecordOf returns n's record, adding the hook to n on first use; nil
-// for a Node that takes no hooks. Another type that takes hooks (a
-// wrapper of a go-redis client) gets a hook per Locker, which lives as long
-// as the wrapper does.
+// for a Node that takes no hooks. A go-redis client is keyed by itself; a
+// program's own type that takes hooks (a wrapper of a client) by the
+// address it points to, where it is a pointer to something (a wrapper held
+// by value, or of no size, gets a hook per Locker, and lives as long as
+// the program keeps it).
 func dialRecordOf(n Node) *dialRecord {
+	h, ok := n.(hooker)
+	if !ok {
+		return nil
+	}
 	switch c := n.(type) {
 	case *redis.Client:
-		return sharedDialRecord(c)
+		return sharedDialRecord(c, h)
 	case *redis.ClusterClient:
-		return sharedDialRecord(c)
+		return sharedDialRecord(c, h)
 	case *redis.Ring:
-		return sharedDialRecord(c)
-	case hooker:
-		r := new(dialRecord)
-		c.AddHook(r)
-		return r
+		return sharedDialRecord(c, h)
 	}
-	return nil
+	if v := reflect.ValueOf(n); v.Kind() == reflect.Pointer && !v.IsNil() && v.Type().Elem().Size() > 0 {
+		return sharedDialRecord((*byte)(v.UnsafePointer()), h)
+	}
+	r := new(dialRecord)
+	h.AddHook(r)
+	return r
 }
 
-// sharedDialRecord is dialRecordOf for a go-redis client: the record the
-// client's earlier Lockers share, or a new one, hooked once.
-func sharedDialRecord[C any, P interface {
-	*C
-	hooker
-}](c P) *dialRecord {
-	key := weak.Make((*C)(c))
+// sharedDialRecord is the record of the client at p (h, as a hooker): the
+// one its earlier Lockers share, or a new one, hooked once.
+func sharedDialRecord[T any](p *T, h hooker) *dialRecord {
+	key := weak.Make(p)
 	if r, ok := dialRecords.Load(key); ok {
 		return r.(*dialRecord)
 	}
 	r, loaded := dialRecords.LoadOrStore(key, new(dialRecord))
 	if !loaded {
-		c.AddHook(r.(*dialRecord))
-		runtime.AddCleanup((*C)(c), func(key weak.Pointer[C]) { dialRecords.Delete(key) }, key)
+		h.AddHook(r.(*dialRecord))
+		runtime.AddCleanup(p, func(key weak.Pointer[T]) { dialRecords.Delete(key) }, key)
 	}
 	return r.(*dialRecord)
 }

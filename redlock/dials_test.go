@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"net"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -193,4 +194,33 @@ func TestDialRecordsGoWithTheirClients(t *testing.T) {
 	assert.Zero(t, recorded(), "records of clients reclaimed")
 	assert.True(t, redlock.DialRecorded(weak.Make(kept)), "the client in use keeps its record")
 	runtime.KeepAlive(kept)
+}
+
+// hookCounting is a user's wrapper of a go-redis client, which takes hooks
+// through the client it wraps, and counts them.
+type hookCounting struct {
+	*redis.Client
+	added atomic.Int32
+}
+
+func (h *hookCounting) AddHook(hook redis.Hook) {
+	h.added.Add(1)
+	h.Client.AddHook(hook)
+}
+
+// A client shared by many Lockers carries one dial hook, not one per
+// Locker, also when the Node is a wrapper of a go-redis client: a program
+// that makes a Locker per request over one long-lived client must not grow
+// the client's hook chain (and the cost of each dial) without bound.
+func TestWrappedClientSharedByLockersCarriesOneDialHook(t *testing.T) {
+	m := redistest.Miniredis(t)
+	trust(m)
+	cl := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	defer cl.Close()
+	w := &hookCounting{Client: cl}
+	for range 5 {
+		_, err := redlock.New([]redlock.Node{w}, nil)
+		require.NoError(t, err)
+	}
+	require.EqualValues(t, 1, w.added.Load(), "hooks added to the wrapped client by 5 Lockers")
 }

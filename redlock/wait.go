@@ -151,7 +151,7 @@ func (wt *waiter) taken(ctx context.Context, split int) (ready bool) {
 	switch {
 	case wt.listen == nil:
 		if f := l.opts.unsafe.BeforeListen; f != nil {
-			f() // a test's point to act (internal/unsafelocker)
+			(*f)() // a test's point to act (internal/unsafelocker)
 		}
 		wt.listen = l.notices.Listen(wt.key)
 		return wt.listen != nil && split == 0 && !l.opts.unsafe.NoRetryAfterListen

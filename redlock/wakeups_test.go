@@ -117,7 +117,7 @@ func TestReleaseBeforeTheSubscriptionIsNotMissed(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			var a *redlock.Locker
 			var held *redlock.Lease
-			hooks := unsafelocker.Hooks{NoRetryAfterListen: !retry, BeforeListen: func() {
+			beforeListen := func() {
 				if err := held.Unlock(context.Background()); err != nil {
 					t.Error(err)
 				}
@@ -128,7 +128,8 @@ func TestReleaseBeforeTheSubscriptionIsNotMissed(t *testing.T) {
 				if err := a.Drain(context.Background()); err != nil {
 					t.Error(err)
 				}
-			}}
+			}
+			hooks := unsafelocker.Hooks{NoRetryAfterListen: !retry, BeforeListen: &beforeListen}
 			a, b, held := twoLockers(t, "job", *withHooks(patient, hooks))
 			err := <-lockSoon(t, b, "job", 2*time.Second)
 			if retry {

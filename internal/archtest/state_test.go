@@ -15,7 +15,7 @@ import (
 // every Locker in the process keeps tests from running side by side, and a
 // registry that only grows keeps what its program dropped.
 var sharedState = map[string]string{
-	"redlock/dials.go: dialRecords": "one record per go-redis client, shared by every Locker on it (a client carries " +
+	"redlock/dials.go: dialRecords": "one record per client, shared by every Locker on it (a client carries " +
 		"one hook, not one per Locker); keyed by weak pointers, each entry removed by its client's cleanup",
 }
 

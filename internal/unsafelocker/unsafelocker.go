@@ -46,8 +46,10 @@ type Hooks struct {
 	// and the subscription is then missed.
 	NoRetryAfterListen bool
 	// BeforeListen, where set, runs between Lock's first failed attempt
-	// and its subscription (the missed-release test's point to act).
-	BeforeListen func()
+	// and its subscription (the missed-release test's point to act). A
+	// pointer, not a func, so that Hooks, and the redlock.Options that
+	// holds it, stay comparable.
+	BeforeListen *func()
 }
 
 // Any says whether h skips a step or acts somewhere.
