@@ -151,9 +151,21 @@ func (c *claim) duplicate(node int) error {
 // counts reports, as one step, whether node's vote for c's server counts,
 // and records that it did: once it has, no other node takes the server
 // over.
+//
+// Without the lock only where a vote has counted already: the owner read
+// after counted was seen set (and still set after it) is the one whose
+// vote counted, since a takeover (claim) needs counted clear and release
+// clears it after it moves the owner. Read the other way round, the owner
+// could be read before another node took the server over and counted,
+// and both votes would count.
 func (c *claim) counts(node int) error {
-	if err := c.duplicate(node); err != nil || c.counted.Load() {
-		return err
+	if c.counted.Load() {
+		if err := c.duplicate(node); err != nil {
+			return err
+		}
+		if c.counted.Load() {
+			return nil
+		}
 	}
 	c.ids.mu.Lock()
 	defer c.ids.mu.Unlock()
