@@ -167,9 +167,11 @@ func TestDialRecordsGoWithTheirClients(t *testing.T) {
 	for range 20 {
 		cl := redis.NewClient(&redis.Options{Addr: m.Addr()})
 		for range 2 { // two Lockers on one client: one record
-			l, err := redlock.New([]redlock.Node{cl}, nil)
+			// Patient: each Locker's guard examines the node first (a
+			// script of its own), which a loaded machine may make slow.
+			l, err := redlock.New([]redlock.Node{cl}, &redlock.Options{NodeTimeout: 10 * time.Second})
 			require.NoError(t, err)
-			lease, err := l.TryLock(t.Context(), "k", time.Second)
+			lease, err := l.TryLock(t.Context(), "k", time.Minute)
 			require.NoError(t, err)
 			require.NoError(t, lease.Unlock(t.Context()))
 			require.NoError(t, l.Drain(t.Context()))
