@@ -58,50 +58,48 @@ type hooker interface{ AddHook(redis.Hook) }
 // shared by many Lockers carries one hook, not one per Locker (go-redis
 // never removes a hook: a program that makes a Locker per request over one
 // client would grow the client's hook chain, and the cost of each dial,
-// without bound). The keys are weak pointers and each entry goes when its
-// client is reclaimed (a cleanup added with the hook), so a program that
-// makes a client and a Locker per request does not keep every client it
-// ever made either.
-var dialRecords sync.Map // weak.Pointer[redis.Client | redis.ClusterClient | redis.Ring | byte] -> *dialRecord
+// without bound). The keys are weak pointers to the clients (dialKey) and
+// each entry goes when its client is reclaimed (a cleanup added with the
+// hook), so a program that makes a client and a Locker per request does
+// not keep every client it ever made either.
+var dialRecords sync.Map // weak.Pointer[byte] -> *dialRecord
+
+// dialKey is the weak key of the client n points to: a *redis.Client,
+// *redis.ClusterClient or *redis.Ring, or a program's own pointer type
+// that wraps one, by the address it points to. ok is false for a Node held
+// by value, or pointing to something of no size (which may share its
+// address with other such values).
+func dialKey(n Node) (key weak.Pointer[byte], p *byte, ok bool) {
+	v := reflect.ValueOf(n)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Type().Elem().Size() == 0 {
+		return key, nil, false
+	}
+	p = (*byte)(v.UnsafePointer())
+	return weak.Make(p), p, true
+}
 
 // dialRecordOf returns n's record, adding the hook to n on first use; nil
-// for a Node that takes no hooks. A go-redis client is keyed by itself; a
-// program's own type that takes hooks (a wrapper of a client) by the
-// address it points to, where it is a pointer to something (a wrapper held
-// by value, or of no size, gets a hook per Locker, and lives as long as
-// the program keeps it).
+// for a Node that takes no hooks. A Node with no weak key (see dialKey)
+// gets a record and a hook per Locker, and lives as long as the program
+// keeps it.
 func dialRecordOf(n Node) *dialRecord {
 	h, ok := n.(hooker)
 	if !ok {
 		return nil
 	}
-	switch c := n.(type) {
-	case *redis.Client:
-		return sharedDialRecord(c, h)
-	case *redis.ClusterClient:
-		return sharedDialRecord(c, h)
-	case *redis.Ring:
-		return sharedDialRecord(c, h)
+	key, p, ok := dialKey(n)
+	if !ok {
+		r := new(dialRecord)
+		h.AddHook(r)
+		return r
 	}
-	if v := reflect.ValueOf(n); v.Kind() == reflect.Pointer && !v.IsNil() && v.Type().Elem().Size() > 0 {
-		return sharedDialRecord((*byte)(v.UnsafePointer()), h)
-	}
-	r := new(dialRecord)
-	h.AddHook(r)
-	return r
-}
-
-// sharedDialRecord is the record of the client at p (h, as a hooker): the
-// one its earlier Lockers share, or a new one, hooked once.
-func sharedDialRecord[T any](p *T, h hooker) *dialRecord {
-	key := weak.Make(p)
 	if r, ok := dialRecords.Load(key); ok {
 		return r.(*dialRecord)
 	}
 	r, loaded := dialRecords.LoadOrStore(key, new(dialRecord))
 	if !loaded {
 		h.AddHook(r.(*dialRecord))
-		runtime.AddCleanup(p, func(key weak.Pointer[T]) { dialRecords.Delete(key) }, key)
+		runtime.AddCleanup(p, func(key weak.Pointer[byte]) { dialRecords.Delete(key) }, key)
 	}
 	return r.(*dialRecord)
 }

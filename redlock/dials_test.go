@@ -163,7 +163,7 @@ func TestDialRecordsGoWithTheirClients(t *testing.T) {
 	defer kept.Close()
 	_, err := redlock.New([]redlock.Node{kept}, nil)
 	require.NoError(t, err)
-	var dropped []weak.Pointer[redis.Client]
+	var dropped []weak.Pointer[byte]
 	for range 20 {
 		cl := redis.NewClient(&redis.Options{Addr: m.Addr()})
 		for range 2 { // two Lockers on one client: one record
@@ -176,9 +176,9 @@ func TestDialRecordsGoWithTheirClients(t *testing.T) {
 			require.NoError(t, lease.Unlock(t.Context()))
 			require.NoError(t, l.Drain(t.Context()))
 		}
-		require.True(t, redlock.DialRecorded(weak.Make(cl)), "a client in use has its record")
+		require.True(t, redlock.DialRecorded(redlock.DialKey(cl)), "a client in use has its record")
 		require.NoError(t, cl.Close())
-		dropped = append(dropped, weak.Make(cl))
+		dropped = append(dropped, redlock.DialKey(cl))
 	}
 	recorded := func() (n int) {
 		for _, p := range dropped {
@@ -194,7 +194,7 @@ func TestDialRecordsGoWithTheirClients(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	assert.Zero(t, recorded(), "records of clients reclaimed")
-	assert.True(t, redlock.DialRecorded(weak.Make(kept)), "the client in use keeps its record")
+	assert.True(t, redlock.DialRecorded(redlock.DialKey(kept)), "the client in use keeps its record")
 	runtime.KeepAlive(kept)
 }
 

@@ -75,8 +75,15 @@ func NodeDigests(l *Locker, name string) []string {
 	return d
 }
 
-// DialRecorded reports whether the client behind p has a dial record.
-func DialRecorded[C any](p weak.Pointer[C]) bool {
-	_, ok := dialRecords.Load(p)
+// DialKey is the weak key of n's dial record (see dialKey): it does not
+// keep n alive.
+func DialKey(n Node) weak.Pointer[byte] {
+	key, _, _ := dialKey(n)
+	return key
+}
+
+// DialRecorded reports whether the client of key has a dial record.
+func DialRecorded(key weak.Pointer[byte]) bool {
+	_, ok := dialRecords.Load(key)
 	return ok
 }
