@@ -136,7 +136,7 @@ func (s *Server) start(ctx context.Context) error {
 	if err := waitReady(ctx, s.Addr(), exited); err != nil {
 		s.Kill()
 		out, _ := os.ReadFile(logPath)
-		return fmt.Errorf("redisproc: %s on port %d: %w (its log: %s)", s.bin, s.port, err, lastLines(string(out), 5))
+		return fmt.Errorf("redisproc: %s on port %d: %w (its log: %s)", s.bin, s.port, err, strings.ReplaceAll(Tail(string(out), 5), "\n", " | "))
 	}
 	return nil
 }
@@ -242,8 +242,7 @@ func (s *Server) Close() {
 // line.
 func (s *Server) Log(lines int) string {
 	out, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
-	l := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-	return strings.Join(l[max(0, len(l)-lines):], "\n")
+	return Tail(string(out), lines)
 }
 
 // RemoveData deletes the server's persisted data (dump.rdb and the AOF
@@ -355,10 +354,8 @@ func FreePort() (int, error) {
 	return ports.Free(15000, 20000)
 }
 
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
+// Tail is the last lines of a program's output, one per line.
+func Tail(s string, lines int) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(l[max(0, len(l)-lines):], "\n")
 }

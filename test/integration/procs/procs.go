@@ -408,7 +408,7 @@ func (c *Cluster) Reshard(ctx context.Context, from, to *Proc, slots int) (time.
 		"--cluster-slots", strconv.Itoa(slots), "--cluster-yes").CombinedOutput()
 	took := time.Since(start)
 	if err != nil {
-		return took, fmt.Errorf("procs: %s --cluster reshard: %w\n%s", cli, err, tail(string(out), 30))
+		return took, fmt.Errorf("procs: %s --cluster reshard: %w\n%s", cli, err, redisproc.Tail(string(out), 30))
 	}
 	return took, nil
 }
@@ -638,13 +638,4 @@ func (m *SlotMove) WithoutKeys(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// tail is the last lines of a tool's output.
-func tail(s string, lines int) string {
-	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(l) > lines {
-		l = l[len(l)-lines:]
-	}
-	return strings.Join(l, "\n")
 }
