@@ -150,29 +150,24 @@ func (c *claim) duplicate(node int) error {
 
 // counts reports, as one step, whether node's vote for c's server counts,
 // and records that it did: once it has, no other node takes the server
-// over.
-//
-// Without the lock only where a vote has counted already: the owner read
-// after counted was seen set (and still set after it) is the one whose
-// vote counted, since a takeover (claim) needs counted clear and release
-// clears it after it moves the owner. Read the other way round, the owner
-// could be read before another node took the server over and counted,
-// and both votes would count.
+// over. It judges by the server's claim as it stands (c may have been
+// given up since the vote's examination found it: a vote still judged by
+// a forgotten claim must not count beside a node's that claimed the server
+// afresh), and always under the lock: a lock-free read of the owner and
+// the counted mark was fooled by a release and a new claim between the
+// reads (counted set, cleared and set again by another node).
 func (c *claim) counts(node int) error {
-	if c.counted.Load() {
-		if err := c.duplicate(node); err != nil {
-			return err
-		}
-		if c.counted.Load() {
-			return nil
-		}
+	ids := c.ids
+	ids.mu.Lock()
+	defer ids.mu.Unlock()
+	cur := ids.by[c.server]
+	if cur == nil {
+		return fmt.Errorf("redlock: %s was examined as server %s, which no node answers as any more: its vote, judged by that examination, does not count", ids.names[node], c.server)
 	}
-	c.ids.mu.Lock()
-	defer c.ids.mu.Unlock()
-	if err := c.duplicate(node); err != nil {
+	if err := cur.duplicate(node); err != nil {
 		return err
 	}
-	c.counted.Store(true)
+	cur.counted.Store(true)
 	return nil
 }
 

@@ -2,7 +2,9 @@ package guard
 
 import (
 	"errors"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -140,4 +142,77 @@ func TestOneNodeComparesNothing(t *testing.T) {
 	assert.Nil(t, c)
 	assert.NoError(t, g.Duplicate())
 	assert.False(t, errors.Is(g.Current(g.now.Now()), ErrDuplicateNode))
+}
+
+// A node promoted by a release, and taken over again by the releasing node
+// re-examined as the server, must not have a vote counted on the lock-free
+// path too: counted can go true (the old owner's), false (the release) and
+// true again (the re-claimer's) around the promoted node's read of the
+// owner. Node 1 votes without pause while node 0, whose vote counted, gives
+// the server up, claims it again and votes: at most one of them counts.
+func TestReclaimAfterReleaseCountsOneVote(t *testing.T) {
+	type round struct {
+		c        *claim
+		closed   atomic.Bool
+		inflight atomic.Int32
+		counted1 atomic.Bool
+	}
+	const voters = 6
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(voters + 2))
+	var (
+		cur  atomic.Pointer[round]
+		stop atomic.Bool
+		wg   sync.WaitGroup
+	)
+	for range voters {
+		wg.Go(func() {
+			for !stop.Load() {
+				r := cur.Load()
+				if r == nil {
+					continue
+				}
+				r.inflight.Add(1)
+				if !r.closed.Load() && r.c.counts(1) == nil {
+					r.counted1.Store(true)
+				}
+				r.inflight.Add(-1)
+			}
+		})
+	}
+	defer func() { stop.Store(true); wg.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	rounds, both := 0, 0
+	for ; rounds < 2000 && time.Now().Before(deadline) && both == 0; rounds++ { // it failed within 1,519 rounds in each of five runs of the lock-free check
+		ids := NewIdentities(threeNames)
+		c := ids.claim(0, "run-a")
+		ids.claim(1, "run-a")
+		require.NoError(t, c.counts(0))
+		r := &round{c: c}
+		cur.Store(r)
+		c.release(0)
+		require.Same(t, c, ids.claim(0, "run-a"))
+		err0 := c.counts(0)
+		cur.Store(nil)
+		r.closed.Store(true)
+		for r.inflight.Load() > 0 {
+			runtime.Gosched()
+		}
+		if err0 == nil && r.counted1.Load() {
+			both++
+		}
+	}
+	t.Logf("%d rounds", rounds)
+	require.Zero(t, both, "node 0 and node 1 both counted for run-a")
+}
+
+// A server's claim given up by its only holder is forgotten, and the next
+// node examined as it owns it afresh; a vote still judged by the old
+// examination's claim must not count beside that node's.
+func TestForgottenClaimCountsNoVote(t *testing.T) {
+	ids := NewIdentities(threeNames)
+	old := ids.claim(0, "run-a")
+	require.NoError(t, old.counts(0))
+	old.release(0) // node 0 examined as another server
+	require.NoError(t, ids.claim(1, "run-a").counts(1))
+	requireDuplicateOf(t, old.counts(0), 0, 1)
 }
