@@ -58,7 +58,11 @@ func (r Revocation) Holders() []string {
 //
 // Revoke waits for every node, each for at most NodeTimeout. The error is
 // nil when every node answered; otherwise it names the nodes that did not,
-// where the key may still be held until it expires. An OpRevoke event tells
+// where the key may still be held until it expires. So may a node that
+// answered before a grant still on its way to it (an acquisition's SET that
+// timed out on the client, or that its decision did not wait for) ran
+// there: it sets the key on that node alone, which expires by its TTL, and
+// the lease it belongs to is revoked on the others. An OpRevoke event tells
 // the Observer who revoked (Options.Owner) and which values were deleted.
 //
 // Revoke is for incidents, not for the normal flow: the lease it deletes
