@@ -270,11 +270,13 @@ func onEachTransport(t *testing.T, test func(t *testing.T, opts *redlock.Options
 }
 
 // lockCycles takes and releases key n times, one at a time, and calls
-// after following each release.
+// after following each release. Leases of 5 s: an Unlock waits no longer
+// than its lease has left, and a loaded machine under the race detector
+// has spent most of a 1 s lease before its Unlock was answered.
 func lockCycles(t *testing.T, l *redlock.Locker, key string, n int, after func()) {
 	t.Helper()
 	for range n {
-		lease, err := l.TryLock(t.Context(), key, time.Second)
+		lease, err := l.TryLock(t.Context(), key, 5*time.Second)
 		require.NoError(t, err)
 		require.NoError(t, lease.Unlock(t.Context()))
 		after()

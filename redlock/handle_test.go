@@ -207,30 +207,34 @@ func TestResumeRefusesStaleForgedAndForeignHandles(t *testing.T) {
 }
 
 // A resumed lease runs under Do, which extends it past its TTL in the
-// background and releases it at the end.
+// background and releases it at the end. In virtual time: on the wall
+// clock a loaded machine lost the 300 ms lease's extensions now and then.
 func TestResumedLeaseRunsUnderDo(t *testing.T) {
-	c := newCluster(t, 3)
-	l := newLocker(t, c.nodes(nil), nil)
-	lease, err := l.TryLockMulti(t.Context(), []string{"x", "y"}, 300*time.Millisecond)
-	require.NoError(t, err)
-	worker := otherLocker(t, c, nil)
-	resumed, err := worker.Resume(t.Context(), lease.Handle())
-	require.NoError(t, err)
-	err = resumed.Do(t.Context(), 300*time.Millisecond, func(ctx context.Context, held *redlock.Lease) error {
-		select {
-		case <-time.After(time.Second): // past three TTLs: Do extended it
-		case <-ctx.Done():
-			return context.Cause(ctx)
+	inVirtualTime(t, func(t *testing.T) {
+		c := newVirtualCluster(t, 3)
+		opts := &redlock.Options{NodeTimeout: time.Second}
+		l := newLocker(t, c.nodes(nil), opts)
+		lease, err := l.TryLockMulti(t.Context(), []string{"x", "y"}, 300*time.Millisecond)
+		require.NoError(t, err)
+		worker := newLocker(t, c.nodes(nil), opts) // another Locker over the same servers
+		resumed, err := worker.Resume(t.Context(), lease.Handle())
+		require.NoError(t, err)
+		err = resumed.Do(t.Context(), 300*time.Millisecond, func(ctx context.Context, held *redlock.Lease) error {
+			select {
+			case <-time.After(time.Second): // past three TTLs: Do extended it
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+			return held.Check(ctx)
+		})
+		require.NoError(t, err)
+		drain(t, worker)
+		for i, m := range c.servers {
+			assert.Empty(t, lockKeys(m), "node %d", i)
 		}
-		return held.Check(ctx)
+		err = resumed.Do(t.Context(), time.Second, func(context.Context, *redlock.Lease) error { return nil })
+		require.ErrorIs(t, err, redlock.ErrNotHeld, "an unlocked lease does not run again")
 	})
-	require.NoError(t, err)
-	drain(t, worker)
-	for i, m := range c.servers {
-		assert.Empty(t, lockKeys(m), "node %d", i)
-	}
-	err = resumed.Do(t.Context(), time.Second, func(context.Context, *redlock.Lease) error { return nil })
-	require.ErrorIs(t, err, redlock.ErrNotHeld, "an unlocked lease does not run again")
 }
 
 // A lease handed over within one Locker (Lease.Handle, then Resume) and
