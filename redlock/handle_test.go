@@ -139,11 +139,14 @@ func TestResumeRefusesStaleForgedAndForeignHandles(t *testing.T) {
 	_, err = other.Resume(t.Context(), h)
 	require.ErrorIs(t, err, redlock.ErrNotHeld, "released")
 
-	short, err := l.TryLock(t.Context(), "b", 100*time.Millisecond)
+	// Run out on the servers' clocks alone (FastForward): a lease of 100 ms
+	// on the wall clock was spent before its acquisition was answered on a
+	// loaded machine.
+	short, err := l.TryLock(t.Context(), "b", 2*time.Second)
 	require.NoError(t, err)
 	h = short.Handle()
 	for _, m := range c.servers {
-		m.FastForward(200 * time.Millisecond)
+		m.FastForward(3 * time.Second)
 	}
 	_, err = other.Resume(t.Context(), h)
 	require.ErrorIs(t, err, redlock.ErrNotHeld, "run out")
