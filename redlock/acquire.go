@@ -11,7 +11,6 @@ import (
 
 	"github.com/redlock/redlock/drift"
 	"github.com/redlock/redlock/quorum"
-	"github.com/redlock/redlock/redlock/internal/notice"
 	"github.com/redlock/redlock/redlock/internal/wire"
 )
 
@@ -47,7 +46,10 @@ type request struct {
 	record  string // and its token record's (tokenRecordKey)
 	// multi: a multi-key lease's keys, sorted and distinct (key is the
 	// first); counters and records, with Options.Fencing, their fencing
-	// counters and token records
+	// counters and token records. One key keeps its names in key, counter
+	// and record rather than in one-element slices: a slice per request
+	// would cost every TryLock an allocation (the Lease holds its keys in
+	// an array of its own for the same reason: Lease.hold).
 	multi    []string
 	counters []string
 	records  []string
@@ -155,7 +157,8 @@ func (l *Locker) attempt(ctx context.Context, req request, n int) (*Lease, error
 // moment it was judged so), and reports it.
 func (l *Locker) won(a *attemptRound, f fencedTokens, until, now time.Time) *Lease {
 	req, round, tally := a.req, a.round, a.tally
-	lease := &Lease{locker: l, key: req.key, multi: req.multi, value: a.value, token: f.token, tokens: f.tokens, acquiredAt: a.start, acquired: round, heldBy: round, holders: round, ttl: req.granted, span: req.granted, until: until}
+	lease := &Lease{locker: l, value: a.value, acquiredAt: a.start, acquired: round, heldBy: round, holders: round, ttl: req.granted, span: req.granted, until: until}
+	lease.hold(req.key, req.multi, a.counters != nil, f.token, f.tokens)
 	if a.timing != nil {
 		e := Event{Op: OpAcquire, Key: req.key, Attempt: a.n, Duration: now.Sub(a.start), Token: f.token, Validity: until.Sub(now), Nodes: l.resultsInto(a.timing.eventNodes(len(tally.Votes)), tally, a.timing, nil), Stalled: tally.Late}
 		if a.counters != nil {
@@ -266,19 +269,6 @@ func (l *Locker) release(ctx context.Context, r releasing) *quorum.Round[Outcome
 	f := fan{after: r.after, skip: r.skip, timeout: max(r.ttl, l.opts.NodeTimeout), release: r.key, releaseAll: r.multi, timing: r.timing, passed: r.passed}
 	c, read := l.releaseCommand(r.key, r.multi, r.value, r.passed != nil)
 	return l.fanOut(context.WithoutCancel(ctx), f, c.Of(r.value, wire.RoleReleases), read)
-}
-
-// unlockCommand is a lease's release: it publishes to the key's waiters
-// (ARGV[2], notifyArg) on its release channel (ARGV[4]) and names the next
-// Locker in the key's line (KEYS[2]), other than this one (ARGV[3]). A key
-// that cannot carry a hash tag has neither: its release is a plain one.
-func (l *Locker) unlockCommand(key, value string) wire.Command {
-	line, ok := notice.Line(key)
-	channel, _ := notice.Channel(key) // as the line: the key takes a hash tag
-	if !ok {
-		return wire.ScriptCommand(releaseScript, []string{key}, value)
-	}
-	return wire.ScriptCommand(releaseScript, []string{key, line}, value, notifyArg, l.id, channel)
 }
 
 // notifyArg is the release script's ARGV[2] that asks it to publish.

@@ -65,7 +65,7 @@ func (lease *Lease) Do(ctx context.Context, ttl time.Duration, fn func(ctx conte
 		return fmt.Errorf("redlock: do %s: nil context", lease.name())
 	}
 	l := lease.locker
-	if err := l.checkTTL("do", lease.key, lease.multi, ttl); err != nil {
+	if err := l.checkTTL("do", lease.keys[0], lease.multi(), ttl); err != nil {
 		return err
 	}
 	if !lease.doing.CompareAndSwap(false, true) {
@@ -84,7 +84,7 @@ func (lease *Lease) Do(ctx context.Context, ttl time.Duration, fn func(ctx conte
 	var lostReported atomic.Bool
 	reportLost := func(err error) {
 		if l.observed() && lostReported.CompareAndSwap(false, true) {
-			l.emit(Event{Op: OpLost, Key: lease.key, Duration: l.opts.Clock.Now().Sub(lease.acquiredAt), Token: lease.token, Err: err})
+			l.emit(Event{Op: OpLost, Key: lease.keys[0], Duration: l.opts.Clock.Now().Sub(lease.acquiredAt), Token: lease.Token(), Err: err})
 		}
 	}
 	wg.Go(func() { l.keepExtending(work, lease, ttl, stop) })

@@ -31,9 +31,8 @@ func Reseal(h Handle) Handle {
 
 // scripts are every script the coordinator sends (Warm loads some of them:
 // warmScripts).
-var scripts = []*wire.Script{releaseScript, joinScript, extendScript, revokeScript, inspectScript, checkScript,
-	acquireFencedScript, fenceScript, recordScript, acquireMultiScript, releaseMultiScript, extendMultiScript,
-	checkMultiScript, fenceMultiScript, resumeScript}
+var scripts = []*wire.Script{acquireScript, releaseScript, joinScript, extendScript, revokeScript, inspectScript,
+	checkScript, fenceScript, recordScript, resumeScript}
 
 // LearnScripts trusts, for every node, the digest n names for every script
 // the coordinator sends (SCRIPT LOAD; luascript.Script.Trust): n must be

@@ -2,14 +2,10 @@ package redlock
 
 import (
 	"context"
-	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/redlock/redlock/redlock/internal/wire"
 )
 
 // Fencing tokens (Options.Fencing).
@@ -52,38 +48,6 @@ const maxFencingNodes = 1 << tokenNodeBits
 
 // maxCounter keeps t<<8 within a uint64.
 const maxCounter = 1<<(64-tokenNodeBits) - 1
-
-// acquireFencedCommand is phase 1: SET NX PX and, if set, INCR.
-func acquireFencedCommand(key, counter, value string, ms int64) wire.Command {
-	return wire.ScriptCommand(acquireFencedScript, []string{key, counter}, value, ms).Of(value, wire.RoleSets).Replicated().GuardedBy()
-}
-
-// readFenced reads phase 1's reply, storing node i's counter in
-// b.counters[i].
-func readFenced(b *ballot, i int, cmd *redis.Cmd) (Outcome, error) {
-	o, c, err := parseFenced(cmd)
-	b.counters[i] = c
-	return o, err
-}
-
-func parseFenced(cmd *redis.Cmd) (Outcome, uint64, error) {
-	res, err := cmd.Slice()
-	if err != nil {
-		return Failed, 0, err
-	}
-	if len(res) != 2 {
-		return Failed, 0, fmt.Errorf("redlock: unexpected fencing reply %v", res)
-	}
-	if code, _ := res[0].(int64); code != 1 {
-		return Taken, 0, nil
-	}
-	s, _ := res[1].(string)
-	c, err := strconv.ParseUint(s, 10, 64)
-	if err != nil || c > maxCounter {
-		return Failed, 0, fmt.Errorf("redlock: fencing counter %q on the node is not usable", s)
-	}
-	return Granted, c, nil
-}
 
 // fence completes a fenced acquisition whose phase-1 round is won (its
 // counters filled in by the replies): it returns the token (and a
@@ -162,6 +126,15 @@ type fencedTokens struct {
 	phase2 bool
 }
 
+// all is every key's token: tokens, or for one key token, in one.
+func (f fencedTokens) all(one *[1]uint64) []uint64 {
+	if f.tokens != nil {
+		return f.tokens
+	}
+	one[0] = f.token
+	return one[:]
+}
+
 // recordToken is fence's fast path: t is on a majority already, and the
 // acquisition does not wait for more. The token is recorded beside the
 // counter on the node (or nodes, one per key) whose counter gave t
@@ -171,13 +144,14 @@ type fencedTokens struct {
 // load ran 20% slower with the latter. The caller's cancellation does not
 // stop it.
 func (l *Locker) recordToken(ctx context.Context, phase1 *attemptRound, f fencedTokens, owners []int) {
+	var one [1]uint64
 	notOwner := func(i int) error {
 		if !slices.Contains(owners, i) {
 			return errNotOwner
 		}
 		return nil
 	}
-	l.fanOut(context.WithoutCancel(ctx), fan{skip: notOwner, timeout: l.opts.NodeTimeout}, tokenRecordCommand(phase1.req, phase1.value, f.token, f.tokens), readRecorded)
+	l.fanOut(context.WithoutCancel(ctx), fan{skip: notOwner, timeout: l.opts.NodeTimeout}, tokenRecordCommand(phase1.req, phase1.value, f.all(&one)), readRecorded)
 }
 
 // raiseCounters is fence's phase 2, which raises each key's counter to its
@@ -199,7 +173,8 @@ func (l *Locker) raiseCounters(ctx context.Context, phase1 *attemptRound, ts []u
 		}
 		return nil
 	}
-	c := phase2Command(phase1.req, phase1.value, ts, f.token, f.tokens)
+	var one [1]uint64
+	c := phase2Command(phase1.req, phase1.value, ts, f.all(&one))
 	var timing2 *latencies
 	if phase1.timing != nil {
 		timing2 = l.timing()
@@ -217,26 +192,6 @@ func (l *Locker) raiseCounters(ctx context.Context, phase1 *attemptRound, ts []u
 		return e
 	}
 	return nil
-}
-
-// tokenRecordCommand records a lease's token beside its key's fencing
-// counter, or a multi-key lease's tokens beside each key's, as "token
-// value" (the form fence.lua writes), where the key still holds the value
-// (record.lua): Inspect shows the token recorded for the value a node
-// holds.
-func tokenRecordCommand(req request, value string, token uint64, tokens []uint64) wire.Command {
-	if req.multi == nil {
-		return wire.ScriptCommand(recordScript, []string{req.key, req.record}, value, strconv.FormatUint(token, 10))
-	}
-	n := len(req.multi)
-	keys := make([]string, 0, 2*n)
-	keys = append(append(keys, req.multi...), req.records...)
-	argv := make([]any, 0, 1+n)
-	argv = append(argv, value)
-	for _, tok := range tokens {
-		argv = append(argv, strconv.FormatUint(tok, 10))
-	}
-	return wire.ScriptCommand(recordScript, keys, argv...).Across(n)
 }
 
 // readRecorded reads the token record's reply: how many it wrote.

@@ -51,11 +51,12 @@ func TestMaxAloneIsNotMonotonicPhaseTwoIs(t *testing.T) {
 		phase1 := func(value string, on ...int) uint64 {
 			var tMax uint64
 			for _, i := range on {
-				c1 := acquireFencedCommand(key, counter, value, 60000)
-				o, c, err := parseFenced(ns[i].link.Names().Run(ctx, ns[i].Node, c1.Script.Script, c1.Keys, c1.Argv...))
+				l := &Locker{nodes: ns}
+				c1, read, counters := l.acquisition(request{key: key, counter: counter, ms: 60000}, value)
+				o, err := read(&ballot{nodes: ns, counters: counters}, i, ns[i].link.Names().Run(ctx, ns[i].Node, c1.Script.Script, c1.Keys, c1.Argv...))
 				require.NoError(t, err)
 				require.Equal(t, Granted, o)
-				tMax = max(tMax, c)
+				tMax = max(tMax, counters[i])
 			}
 			for _, i := range on {
 				servers[i].Del(key) // unlock

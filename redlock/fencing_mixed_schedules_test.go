@@ -82,7 +82,7 @@ func (s *mixState) mayKeep(addr string, argv []any, err error) {
 	s.unsure[addr+"|"+fmt.Sprint(argv[0])] = true
 }
 
-// isRelease tells a release script (release.lua, release_multi.lua: no
+// isRelease tells a release script (release.lua, of one key or several: no
 // counter or token record among its keys, every argument a string) from
 // the others a schedule sends (acquisitions send the TTL as a number;
 // phase 2 names counters; the token record names records).

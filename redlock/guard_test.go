@@ -569,7 +569,7 @@ func TestLateHealingExtensionDoesNotOutliveTheRelease(t *testing.T) {
 			return n
 		}
 		return &hookNode{Node: n, beforeScript: func(_ context.Context, _ []string, args []any) error {
-			if len(args) == 3 && slow.Load() { // the extension: value, ms, heal
+			if isExtension(args) && slow.Load() {
 				time.Sleep(300 * time.Millisecond)
 			}
 			return nil

@@ -100,11 +100,11 @@ func (l *Lease) Handle() Handle {
 		return Handle{}
 	}
 	h := Handle{Keys: l.Keys(), Value: l.value, Nodes: slices.Clone(l.locker.servers)}
-	switch {
-	case l.tokens != nil:
+	// A one-key lease whose token is 0 (its counter read 0 on a node
+	// labelled 0: an operator's -1 left there) hands over as unfenced:
+	// Resume takes a token of 0 for one never issued.
+	if len(l.tokens) > 1 || len(l.tokens) == 1 && l.tokens[0] != 0 {
 		h.Tokens = slices.Clone(l.tokens)
-	case l.token != 0:
-		h.Tokens = []uint64{l.token}
 	}
 	h.Seal = h.seal()
 	return h
@@ -166,7 +166,7 @@ func (l *Locker) Resume(ctx context.Context, h Handle) (*Lease, error) {
 	if timing != nil {
 		e := Event{Op: OpResume, Key: req.key, Duration: l.opts.Clock.Now().Sub(start), Err: err, Nodes: l.nodeResultsOf(err, tally, timing)}
 		if lease != nil {
-			e.Token, e.Validity = lease.token, lease.Validity()
+			e.Token, e.Validity = lease.Token(), lease.Validity()
 		}
 		l.emit(e)
 	}
@@ -213,13 +213,16 @@ func (l *Locker) resumed(h Handle, r *attemptRound, found []holding) (*Lease, er
 			}
 		}
 	}
-	lease := &Lease{locker: l, key: req.key, multi: req.multi, value: h.Value, acquiredAt: start, acquired: round, heldBy: round, holders: round, ttl: longest, span: held, until: until}
-	if len(h.Tokens) > 0 {
-		lease.token = h.Tokens[0]
-		if req.multi != nil {
-			lease.tokens = slices.Clone(h.Tokens)
-		}
+	lease := &Lease{locker: l, value: h.Value, acquiredAt: start, acquired: round, heldBy: round, holders: round, ttl: longest, span: held, until: until}
+	var token uint64
+	var tokens []uint64
+	switch {
+	case len(h.Tokens) > 1:
+		tokens = slices.Clone(h.Tokens)
+	case len(h.Tokens) == 1:
+		token = h.Tokens[0]
 	}
+	lease.hold(req.key, req.multi, len(h.Tokens) > 0, token, tokens)
 	return lease, nil
 }
 

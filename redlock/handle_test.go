@@ -258,7 +258,6 @@ func TestResumedLeaseRunsUnderDo(t *testing.T) {
 // answered first and the command sets the key again.
 func TestLateSetsOfAHandedOverLeaseDoNotOutliveTheResumedUnlock(t *testing.T) {
 	isSET := func(args []any) bool { s, _ := args[0].(string); return s == "SET" }
-	isExtension := func(args []any) bool { return len(args) == 3 && (args[2] == "1" || args[2] == "0") } // value, ms, heal
 	isRelease := func(args []any) bool { return len(args) >= 2 && args[1] == "notify" }
 	for _, tc := range []struct {
 		name string
@@ -384,19 +383,18 @@ func TestResumeRefusesTokensNeverIssued(t *testing.T) {
 	var slow hookNode // node 2: its acquisitions wait at the gate, and fail once refuse is set
 	var refuse atomic.Bool
 	slow.beforeScript = func(ctx context.Context, keys []string, args []any) error {
-		if len(args) == 2 && keys[0] == "k" { // phase 1: value, PX
-			if _, ms := args[1].(int64); ms {
-				if refuse.Load() {
-					return errInjected
-				}
-				select {
-				case <-gate:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}
+		if !isFencedAcquisition(args) || keys[0] != "k" {
+			return nil
 		}
-		return nil
+		if refuse.Load() {
+			return errInjected
+		}
+		select {
+		case <-gate:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	l := newLocker(t, c.nodes(func(i int, n redlock.Node) redlock.Node {
 		if i == 2 {
@@ -536,5 +534,24 @@ func TestResumeRefusesRearrangedHandles(t *testing.T) {
 	resumed, err := worker.Resume(t.Context(), h)
 	require.NoError(t, err)
 	require.Equal(t, h.Tokens, []uint64{resumed.TokenOf("{h}a"), resumed.TokenOf("{h}b")})
+	require.NoError(t, resumed.Unlock(t.Context()))
+}
+
+// A fenced one-key lease whose token is 0 (an operator left the key's
+// counter at -1, so INCR gave 0, on a node whose label is 0) hands over as
+// unfenced: Resume refuses a token of 0 (never issued), so the handle
+// carries none, and the resumed lease reports 0 as the first did.
+func TestHandleOfALeaseWithTokenZeroResumes(t *testing.T) {
+	c := newCluster(t, 1)
+	require.NoError(t, c.servers[0].Set("{k}:fencing", "-1"))
+	l := newLocker(t, c.nodes(nil), &redlock.Options{Fencing: true})
+	lease, err := l.TryLock(t.Context(), "k", time.Minute)
+	require.NoError(t, err)
+	require.Zero(t, lease.Token())
+	h := lease.Handle()
+	assert.Nil(t, h.Tokens, "the handle of a lease whose token is 0")
+	resumed, err := l.Resume(t.Context(), h)
+	require.NoError(t, err)
+	assert.Zero(t, resumed.Token())
 	require.NoError(t, resumed.Unlock(t.Context()))
 }

@@ -228,6 +228,18 @@ func (c *cluster) proxiedWith(t *testing.T, adjust func(*redis.Options)) ([]*fau
 	return proxies, nodes
 }
 
+// isExtension reports whether a script's arguments are an extension's
+// (extend.lua: value, milliseconds, heal, number of keys).
+func isExtension(args []any) bool {
+	return len(args) == 4 && (args[2] == "1" || args[2] == "0")
+}
+
+// isFencedAcquisition reports whether a script's arguments are a fenced
+// acquisition's (acquire.lua: value, milliseconds, number of keys, "fence").
+func isFencedAcquisition(args []any) bool {
+	return len(args) == 4 && args[3] == "fence"
+}
+
 // hookNode wraps a Node and calls hooks around its commands, for fault
 // injection without a network (like bsm/redislock's flakyScripter).
 type hookNode struct {

@@ -301,7 +301,6 @@ func TestTombstoneOutlivesEveryExtensionTheRevokedHolderMaySend(t *testing.T) {
 		maxTTL      = 10 * time.Second
 		nodeTimeout = 5 * time.Second
 	)
-	isExtension := func(args []any) bool { return len(args) == 3 && (args[2] == "1" || args[2] == "0") } // value, ms, heal
 	for _, tc := range []struct {
 		name     string
 		inFlight bool          // the extension is sent before the revocation

@@ -16,11 +16,16 @@ import (
 // Extend, Unlock and Check on one lease run one at a time.
 type Lease struct {
 	locker *Locker
-	key    string   // the lock's key; a multi-key lease's first
-	multi  []string // a multi-key lease's keys, sorted and distinct (see TryLockMulti); nil for one key
+	// keys are the lease's keys, sorted and distinct (see TryLockMulti):
+	// one for most leases, whose Key is keys[0]; tokens, with
+	// Options.Fencing, their fencing tokens, one per key (nil without).
+	// A lease of one key keeps both in key and token, so that its shape
+	// costs it no allocation of its own.
+	keys   []string
+	tokens []uint64
+	key    [1]string
+	token  [1]uint64
 	value  string
-	token  uint64
-	tokens []uint64 // a multi-key lease's fencing tokens, one per key of multi
 	// acquiredAt is when the acquisition began, on the Locker's clock.
 	acquiredAt time.Time
 	// acquired: the last round that may set the lease's key on a node
@@ -59,10 +64,10 @@ type Lease struct {
 
 // Key returns the lock's key.
 func (l *Lease) Key() string {
-	if l == nil {
+	if l == nil || len(l.keys) == 0 { // nil, or a zero Lease not made by a Locker
 		return ""
 	}
-	return l.key
+	return l.keys[0]
 }
 
 // Value returns this acquisition's random value, which the nodes hold while
@@ -80,10 +85,10 @@ func (l *Lease) Value() string {
 // keys are unrelated. Pass it with every write to the protected resource and
 // have the resource reject tokens lower than one it accepted (package fence).
 func (l *Lease) Token() uint64 {
-	if l == nil {
+	if l == nil || l.tokens == nil {
 		return 0
 	}
-	return l.token
+	return l.tokens[0]
 }
 
 // Until returns the end of the lease's validity, on the Locker's monotonic
@@ -229,7 +234,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.made("Extend"); err != nil {
 		return err
 	}
-	req, err := l.locker.request(ctx, "extend", l.key, ttl)
+	req, err := l.locker.request(ctx, "extend", l.keys[0], ttl)
 	if err != nil {
 		return err
 	}
@@ -262,16 +267,16 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		l.setUntilLocked(until, req.granted)
 		l.mu.Unlock()
 		if timing != nil {
-			lk.emit(Event{Op: OpExtend, Key: l.key, Duration: now.Sub(start), Token: l.token, Validity: until.Sub(now), Nodes: lk.resultsInto(timing.eventNodes(len(tally.Votes)), tally, timing, nil), Stalled: tally.Late})
-			lk.reportNodes(OpExtend, l.key, round, tally, true)
+			lk.emit(Event{Op: OpExtend, Key: l.keys[0], Duration: now.Sub(start), Token: l.Token(), Validity: until.Sub(now), Nodes: lk.resultsInto(timing.eventNodes(len(tally.Votes)), tally, timing, nil), Stalled: tally.Late})
+			lk.reportNodes(OpExtend, l.keys[0], round, tally, true)
 		}
 		return nil
 	}
 	e := lk.roundError(ctx, "extend", c, tally, timing)
 	if timing != nil {
 		defer func() {
-			lk.emit(Event{Op: OpExtend, Key: l.key, Duration: lk.opts.Clock.Now().Sub(start), Token: l.token, Err: e, Nodes: lk.nodeResultsOf(e, tally, timing), Stalled: tally.Late})
-			lk.reportNodes(OpExtend, l.key, round, tally, true)
+			lk.emit(Event{Op: OpExtend, Key: l.keys[0], Duration: lk.opts.Clock.Now().Sub(start), Token: l.Token(), Err: e, Nodes: lk.nodeResultsOf(e, tally, timing), Stalled: tally.Late})
+			lk.reportNodes(OpExtend, l.keys[0], round, tally, true)
 		}()
 	}
 	if errors.Is(e.Cause, ErrNotHeld) || l.refuted(tally) {
@@ -394,41 +399,38 @@ func (l *Lease) Unlock(ctx context.Context) error {
 	l.closeLocked()
 	l.mu.Unlock()
 	if already {
-		return fmt.Errorf("redlock: unlock %q: %w: the lease was already unlocked", l.key, ErrNotHeld)
+		return fmt.Errorf("redlock: unlock %q: %w: the lease was already unlocked", l.keys[0], ErrNotHeld)
 	}
 	lk := l.locker
 	detached := context.WithoutCancel(ctx)
 	start := lk.opts.Clock.Now()
 	timing := lk.timing()
 	// This Locker wakes its own waiters (Released below), not its notices.
-	if l.multi == nil {
-		lk.notices.Expect(l.key, l.value)
-	}
-	for _, k := range l.multi {
+	for _, k := range l.keys {
 		lk.notices.Expect(k, l.value)
 	}
-	round := lk.release(ctx, releasing{key: l.key, multi: l.multi, value: l.value, after: l.acquired, ttl: ttl, timing: timing, passed: &l.passed})
+	round := lk.release(ctx, releasing{key: l.keys[0], multi: l.multi(), value: l.value, after: l.acquired, ttl: ttl, timing: timing, passed: &l.passed})
 	tally := round.Decide(detached, lk.releaseWait(left), granted)
 	// The next Lock waiting here tries at once, unless the release named
 	// another Locker's turn: it then joins the key's line. Named by most
 	// of the nodes that released, not by one: a minority's stale place (a
 	// Locker gone, a line that differs) must not cost this one's waiter a
 	// poll, and the Hub weighs other Lockers' notices alike.
-	if l.multi == nil {
-		lk.turns.Released(l.key, notice.Most(int(l.passed.Load()), tally.Accepted))
+	if len(l.keys) == 1 {
+		lk.turns.Released(l.keys[0], notice.Most(int(l.passed.Load()), tally.Accepted))
 	} else {
-		for _, k := range l.multi {
+		for _, k := range l.keys {
 			lk.turns.Released(k, false) // a multi-key release names no one's turn
 		}
 	}
 	var err error
 	if !tally.Won {
-		c, _ := lk.releaseCommand(l.key, l.multi, l.value, true)
+		c, _ := lk.releaseCommand(l.keys[0], l.multi(), l.value, true)
 		err = lk.roundError(detached, "unlock", c, tally, timing)
 	}
 	if timing != nil {
-		lk.emit(Event{Op: OpUnlock, Key: l.key, Duration: lk.opts.Clock.Now().Sub(start), Token: l.token, Err: err, Nodes: lk.nodeResultsOf(err, tally, timing), Stalled: timing.noneWithin(lk.opts.NodeTimeout)})
-		lk.reportNodes(OpUnlock, l.key, round, tally, false)
+		lk.emit(Event{Op: OpUnlock, Key: l.keys[0], Duration: lk.opts.Clock.Now().Sub(start), Token: l.Token(), Err: err, Nodes: lk.nodeResultsOf(err, tally, timing), Stalled: timing.noneWithin(lk.opts.NodeTimeout)})
+		lk.reportNodes(OpUnlock, l.keys[0], round, tally, false)
 	}
 	return err
 }
@@ -442,10 +444,10 @@ func (l *Lease) Check(ctx context.Context) error {
 		return err
 	}
 	if ctx == nil {
-		return fmt.Errorf("redlock: check %q: nil context", l.key)
+		return fmt.Errorf("redlock: check %q: nil context", l.keys[0])
 	}
 	if ctx.Err() != nil {
-		return fmt.Errorf("redlock: check %q: %w", l.key, contextError(ctx))
+		return fmt.Errorf("redlock: check %q: %w", l.keys[0], contextError(ctx))
 	}
 	l.op.Lock()
 	defer l.op.Unlock()
@@ -469,8 +471,8 @@ func (l *Lease) Check(ctx context.Context) error {
 		err = l.usable("check")
 	}
 	if timing != nil {
-		lk.emit(Event{Op: OpCheck, Key: l.key, Duration: lk.opts.Clock.Now().Sub(start), Token: l.token, Err: err, Nodes: lk.nodeResultsOf(err, tally, timing), Stalled: tally.Late})
-		lk.reportNodes(OpCheck, l.key, round, tally, true)
+		lk.emit(Event{Op: OpCheck, Key: l.keys[0], Duration: lk.opts.Clock.Now().Sub(start), Token: l.Token(), Err: err, Nodes: lk.nodeResultsOf(err, tally, timing), Stalled: tally.Late})
+		lk.reportNodes(OpCheck, l.keys[0], round, tally, true)
 	}
 	return err
 }

@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -73,5 +74,16 @@ func TestZeroValuesSayTheyWereNotMade(t *testing.T) {
 	}
 	if n := lease.Holders(); n != 0 {
 		t.Errorf("Holders() = %d, want 0", n)
+	}
+	// The shorthands for the first key, and the keys (as a lease of one
+	// key, the empty one, as they always answered).
+	if k := lease.Key(); k != "" {
+		t.Errorf("Key() = %q, want \"\"", k)
+	}
+	if k := lease.Keys(); !slices.Equal(k, []string{""}) {
+		t.Errorf("Keys() = %q, want [\"\"]", k)
+	}
+	if lease.Token() != 0 || lease.TokenOf("") != 0 {
+		t.Errorf("Token() = %d, TokenOf(\"\") = %d, want 0", lease.Token(), lease.TokenOf(""))
 	}
 }

@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"slices"
@@ -14,8 +13,6 @@ import (
 
 	"github.com/redlock/redlock/drift"
 	"github.com/redlock/redlock/internal/hashtag"
-	"github.com/redlock/redlock/redlock/internal/notice"
-	"github.com/redlock/redlock/redlock/internal/wire"
 )
 
 // Leases over several keys (TryLockMulti, LockMulti).
@@ -24,7 +21,7 @@ import (
 // after the other cost two rounds, and two callers that name them in
 // opposite orders can each hold one and wait for the other. A multi-key
 // lease is one acquisition: on each node one script sets every key, or
-// none if another value holds any of them (acquire_multi.lua), so a node
+// none if another value holds any of them (acquire.lua), so a node
 // grants the whole set or nothing, and the Redlock vote runs over those
 // grants exactly as for one key (validity: TTL less the elapsed time and
 // the drift allowance). Keys are de-duplicated and sorted: {a,b} and {b,a}
@@ -32,8 +29,9 @@ import (
 // for it like two callers of one key. Neither can hold a part: there is no
 // partial lease, so there is no deadlock to wait in.
 //
-// The lease is released, extended and checked as a whole (release_multi,
-// extend_multi, check_multi: all or nothing for the writes). With
+// The lease is released, extended and checked as a whole, by the scripts
+// every lease uses (release.lua, extend.lua, check.lua: all or nothing for
+// the writes; a lease of one key is a lease of n = 1). With
 // Options.Fencing each key gets its own token from its own counter
 // (Lease.TokenOf), the same counters single-key leases of those keys use:
 // a resource guarded by key a's tokens sees them grow across single-key
@@ -189,145 +187,16 @@ func describeKeys(keys []string) string {
 	return "{" + strings.Join(q, ", ") + "}"
 }
 
-// acquisition is an attempt's command and how its replies are read, with
-// where the phase-1 fencing counters go (nil without fencing): per node,
-// one per key.
-func (l *Locker) acquisition(req request, value string) (wire.Command, reader, []uint64) {
-	switch {
-	case req.multi != nil:
-		n := len(req.multi)
-		keys, argv := req.multi, []any{value, req.ms, n}
-		if req.counters != nil {
-			keys, argv = append(slices.Clip(req.multi), req.counters...), append(argv, "fence")
-		}
-		c := wire.ScriptCommand(acquireMultiScript, keys, argv...).Of(value, wire.RoleSets).Replicated().GuardedBy()
-		c = c.Across(n)
-		if req.counters != nil {
-			return c, readFencedMulti, make([]uint64, len(l.nodes)*n)
-		}
-		return c, readScript, nil
-	case req.counter != "":
-		return acquireFencedCommand(req.key, req.counter, value, req.ms), readFenced, make([]uint64, len(l.nodes))
-	}
-	return acquireCommand(req.key, value, req.ms), readAcquire, nil
-}
-
-// readFencedMulti reads a fenced multi-key acquisition's reply, storing
-// node i's counters in b.counters[i*n:(i+1)*n].
-func readFencedMulti(b *ballot, i int, cmd *redis.Cmd) (Outcome, error) {
-	res, err := cmd.Slice()
-	if err != nil {
-		return Failed, err
-	}
-	n := len(b.counters) / len(b.nodes)
-	if len(res) == 0 {
-		return Failed, fmt.Errorf("redlock: unexpected fencing reply %v", res)
-	}
-	if code, _ := res[0].(int64); code != 1 {
-		return Taken, nil
-	}
-	if len(res) != n+1 {
-		return Failed, fmt.Errorf("redlock: unexpected fencing reply %v", res)
-	}
-	for k := range n {
-		s, _ := res[k+1].(string)
-		c, err := strconv.ParseUint(s, 10, 64)
-		if err != nil || c > maxCounter {
-			return Failed, fmt.Errorf("redlock: fencing counter %q on the node is not usable", s)
-		}
-		b.counters[i*n+k] = c
-	}
-	return Granted, nil
-}
-
-// releaseCommand is the compare-and-delete of a lease's value on key, or
-// on every key of multi (a multi-key lease); notify asks the script to
-// publish the release (a lease's Unlock: see Locker.release).
-func (l *Locker) releaseCommand(key string, multi []string, value string, notify bool) (wire.Command, reader) {
-	switch {
-	case multi != nil:
-		argv := []any{value}
-		if notify {
-			argv = make([]any, 0, 2+len(multi))
-			argv = append(argv, value, notifyArg)
-			for _, k := range multi {
-				channel, _ := notice.Channel(k) // "" for a key that cannot carry a hash tag
-				argv = append(argv, channel)
-			}
-		}
-		c := wire.ScriptCommand(releaseMultiScript, multi, argv...)
-		c = c.Across(len(multi))
-		return c, readScript
-	case notify:
-		return l.unlockCommand(key, value), readRelease
-	}
-	return wire.ScriptCommand(releaseScript, []string{key}, value), readScript
-}
-
-// multiScriptKeys are a multi-key lease's extend and check keys: its keys,
-// then their revocation tombstones (each key can carry a hash tag:
-// multiRequest checked).
-func multiScriptKeys(keys []string) []string {
-	all := make([]string, 0, 2*len(keys))
-	all = append(all, keys...)
-	for _, k := range keys {
-		tomb, _ := tombstoneKey(k)
-		all = append(all, tomb)
-	}
-	return all
-}
-
-// earlierReleases are this Locker's releases in flight of req's key, or of
-// any of its keys, per node (see releases): for a multi-key request, a node
-// with releases of several of its keys waits for all of them.
-func (l *Locker) earlierReleases(req request) []chan struct{} {
-	if req.multi == nil {
-		return l.releases.snapshot(req.key)
-	}
-	var merged []chan struct{}
-	for _, k := range req.multi {
-		snap := l.releases.snapshot(k)
-		if snap == nil {
-			continue
-		}
-		if merged == nil {
-			merged = snap
-			continue
-		}
-		for i, c := range snap {
-			switch {
-			case c == nil:
-			case merged[i] == nil:
-				merged[i] = c
-			default:
-				merged[i] = allClosed(merged[i], c)
-			}
-		}
-	}
-	return merged
-}
-
-// allClosed returns a channel closed once both a and b are.
-func allClosed(a, b chan struct{}) chan struct{} {
-	both := make(chan struct{})
-	go func() {
-		<-a
-		<-b
-		close(both)
-	}()
-	return both
-}
-
 // Keys returns the lease's keys: the one key of a single-key lease, or
 // every key of a multi-key lease, sorted.
 func (l *Lease) Keys() []string {
 	if l == nil {
 		return nil
 	}
-	if l.multi == nil {
-		return []string{l.key}
+	if len(l.keys) == 0 {
+		return []string{""} // a zero Lease, not made by a Locker: as Key answers
 	}
-	return slices.Clone(l.multi)
+	return slices.Clone(l.keys)
 }
 
 // TokenOf returns the fencing token of key, one of the lease's keys, or 0
@@ -335,16 +204,10 @@ func (l *Lease) Keys() []string {
 // its own counter, which single-key leases of the key share: pass a key's
 // token with every write to what that key protects.
 func (l *Lease) TokenOf(key string) uint64 {
-	if l == nil {
+	if l == nil || l.tokens == nil {
 		return 0
 	}
-	if l.multi == nil {
-		if key == l.key {
-			return l.token
-		}
-		return 0
-	}
-	if i, found := slices.BinarySearch(l.multi, key); found && l.tokens != nil {
+	if i, found := slices.BinarySearch(l.keys, key); found {
 		return l.tokens[i]
 	}
 	return 0
@@ -352,31 +215,35 @@ func (l *Lease) TokenOf(key string) uint64 {
 
 // name is the lease's key, or keys, for an error.
 func (l *Lease) name() string {
-	if l.multi == nil {
-		return strconv.Quote(l.key)
+	if len(l.keys) == 1 {
+		return strconv.Quote(l.keys[0])
 	}
-	return describeKeys(l.multi)
+	return describeKeys(l.keys)
 }
 
-// phase2Command is fencing phase 2 for req: the counters of its key (or
-// keys) raised to ts while the lease holds them, and the lease's token (or
-// a multi-key lease's tokens, one per key) recorded beside them.
-func phase2Command(req request, value string, ts []uint64, token uint64, tokens []uint64) wire.Command {
-	if req.multi == nil {
-		return wire.ScriptCommand(fenceScript, []string{req.key, req.counter, req.record}, value, strconv.FormatUint(ts[0], 10), strconv.FormatUint(token, 10)).Of(value, wire.RoleFences).Replicated()
+// hold gives the lease its keys, key alone or multi (a multi-key
+// request's), and with fencing their tokens (tokens for several keys,
+// token for one).
+func (l *Lease) hold(key string, multi []string, fenced bool, token uint64, tokens []uint64) {
+	if multi == nil {
+		l.key[0], l.keys = key, l.key[:]
+	} else {
+		l.keys = multi
 	}
-	n := len(req.multi)
-	keys := make([]string, 0, 3*n)
-	keys = append(append(append(keys, req.multi...), req.counters...), req.records...)
-	argv := make([]any, 0, 1+2*n)
-	argv = append(argv, value)
-	for _, t := range ts {
-		argv = append(argv, strconv.FormatUint(t, 10))
+	switch {
+	case !fenced:
+	case tokens != nil:
+		l.tokens = tokens
+	default:
+		l.token[0], l.tokens = token, l.token[:]
 	}
-	for _, tok := range tokens {
-		argv = append(argv, strconv.FormatUint(tok, 10))
+}
+
+// multi is the lease's keys where it has several, nil for one: a
+// request's shape (see request), for the release and its waiters.
+func (l *Lease) multi() []string {
+	if len(l.keys) > 1 {
+		return l.keys
 	}
-	c := wire.ScriptCommand(fenceMultiScript, keys, argv...).Of(value, wire.RoleFences).Replicated()
-	c = c.Across(n)
-	return c
+	return nil
 }

@@ -549,7 +549,7 @@ func TestMultiKeyRoundErrorsNameEveryKey(t *testing.T) {
 
 // A multi-key acquisition whose reply is lost is resent by go-redis; the
 // resent script finds every key already holding its value and must return
-// the counters without incrementing them again (acquire_multi.lua's
+// the counters without incrementing them again (acquire.lua's
 // "mine" path), and the lease is granted with t=1 for every key.
 func TestMultiKeyFencingSurvivesClientRetries(t *testing.T) {
 	c := newCluster(t, 3)

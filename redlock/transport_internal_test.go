@@ -129,7 +129,7 @@ func heldNodes(t *testing.T, opts *Options) (servers []*miniredis.Miniredis, cli
 
 // After node 0 lost its script cache and cached only the release script
 // again, a fenced acquisition decided by nodes 1 and 2 and unlocked at once
-// leaves node 0 a batch of EVALSHA acquire_fenced, EVALSHA fence and
+// leaves node 0 a batch of EVALSHA acquire (fenced), EVALSHA fence and
 // EVALSHA release on one key. The first two answer NOSCRIPT, the release
 // finds nothing to delete; the pipeline must then run all three again in
 // that order, so that the key does not stay on node 0 for its TTL.

@@ -72,13 +72,13 @@ func Exercise(t *testing.T, nodes []*Node) {
 	require.NoError(t, err)
 	require.NoError(t, l.TrustNodes(ctx)) // trust.lua
 
-	fast, err := l.TryLock(ctx, "dk:fast", time.Minute) // acquire_fenced.lua, record.lua
+	fast, err := l.TryLock(ctx, "dk:fast", time.Minute) // acquire.lua (fenced), record.lua
 	require.NoError(t, err)
 	require.NoError(t, l.Drain(ctx))
 	require.NoError(t, fast.Unlock(ctx))
 
 	apart("{dk:k}:fencing")
-	lease, err := l.TryLock(ctx, "dk:k", time.Minute) // acquire_fenced.lua, fence.lua
+	lease, err := l.TryLock(ctx, "dk:k", time.Minute) // acquire.lua (fenced), fence.lua
 	require.NoError(t, err)
 	require.NoError(t, lease.Extend(ctx, time.Minute)) // extend.lua
 	require.NoError(t, lease.Check(ctx))               // check.lua
@@ -113,11 +113,11 @@ func Exercise(t *testing.T, nodes []*Node) {
 	require.ErrorIs(t, again.Extend(ctx, time.Minute), redlock.ErrNotHeld)
 
 	apart("{dk:m}a:fencing")
-	multi, err := l.TryLockMulti(ctx, []string{"{dk:m}a", "{dk:m}b"}, time.Minute) // acquire_multi.lua, fence_multi.lua
+	multi, err := l.TryLockMulti(ctx, []string{"{dk:m}a", "{dk:m}b"}, time.Minute) // acquire.lua and fence.lua over two keys
 	require.NoError(t, err)
-	require.NoError(t, multi.Extend(ctx, time.Minute)) // extend_multi.lua
-	require.NoError(t, multi.Check(ctx))               // check_multi.lua
-	require.NoError(t, multi.Unlock(ctx))              // release_multi.lua
+	require.NoError(t, multi.Extend(ctx, time.Minute)) // extend.lua over two keys
+	require.NoError(t, multi.Check(ctx))               // check.lua over two keys
+	require.NoError(t, multi.Unlock(ctx))              // release.lua over two keys
 
 	g := fence.NewRedis(nodes[0]) // fence's set.lua and get.lua
 	require.NoError(t, g.Set(ctx, "{dk:resource}", "v", multi.Token()))

@@ -1,12 +1,17 @@
--- Compare-and-pexpire: reset the expiry of KEYS[1] to ARGV[2] milliseconds
--- only while it holds this lease's value (ARGV[1]). Repeating it is harmless.
--- Returns 1 if extended, 0 if the key does not exist, -1 if another holder's
--- value is there. With ARGV[3] = "1" (healing, see Lease.Extend), a missing
--- key is set again with this lease's value and the TTL, and 2 returned: the
--- node forgot the lease (a restart, a failover) and holds it again; never
--- over another value. KEYS[2], where given, is the key's revocation
--- tombstone (Locker.Revoke): when it holds this lease's value, the key was
--- revoked and -2 is returned, never healed.
+-- Compare-and-pexpire over a lease's keys: KEYS[1..n] (n = ARGV[4]; one
+-- for most leases), ARGV[1] its value, ARGV[2] the TTL in milliseconds.
+-- With ARGV[3] = "1" (healing, see Lease.Extend), a missing key is set
+-- again with this lease's value and the TTL: the node forgot the lease (a
+-- restart, a failover) and holds it again; never over another value.
+-- KEYS[n+1..2n], where given, are the keys' revocation tombstones
+-- (Locker.Revoke): a missing key whose tombstone holds this lease's value
+-- was revoked, and is never healed. All or nothing: the keys are read
+-- first, and only if none holds another value, none was revoked, and
+-- (without healing) none is missing, every key is extended, and a missing
+-- one set again. Returns 1 if extended, 2 if extended and some key was set
+-- again (healed), 0 if a key is missing (not healing), -1 if another value
+-- holds a key, -2 if an operator revoked a key of this very lease.
+-- Repeating it is harmless.
 
 -- revoked reports whether tombstone holds this lease's value (ARGV[1])
 -- among the values revoked, one a line (see revoke.lua).
@@ -15,25 +20,49 @@ local function revoked(tombstone)
 	return t and string.find("\n" .. t .. "\n", "\n" .. ARGV[1] .. "\n", 1, true) ~= nil
 end
 
-local v = redis.call("GET", KEYS[1])
-if v == ARGV[1] then
-	return redis.call("PEXPIRE", KEYS[1], ARGV[2])
-elseif v == false then
-	-- A missing key on a replica (a demoted primary, reached on a
-	-- connection opened before the failover) is the lagging copy's word,
-	-- not the node's: answer as a write there is answered, READONLY, so
-	-- that the client leaves the connection and asks the primary.
+-- onReplica reports whether this node is a replica: a missing key there (a
+-- demoted primary, reached on a connection opened before the failover) is
+-- the lagging copy's word, not the node's, and so is its tombstone. Asked
+-- before either is believed, so that the script answers as a write there
+-- is answered, READONLY, and the client leaves the connection and asks the
+-- primary.
+local function onReplica()
 	local ok, r = pcall(redis.call, "INFO", "replication")
-	if ok and type(r) == "string" and string.find(r, "role:slave", 1, true) then
-		return redis.error_reply("READONLY You can't write against a read only replica.")
+	return ok and type(r) == "string" and string.find(r, "role:slave", 1, true) ~= nil
+end
+local readonly = "READONLY You can't write against a read only replica."
+
+local n = tonumber(ARGV[4])
+local tombstones = #KEYS >= 2 * n
+local missing = {}
+for i = 1, n do
+	local v = redis.call("GET", KEYS[i])
+	if v == false then
+		if #missing == 0 and onReplica() then
+			return redis.error_reply(readonly)
+		end
+		if tombstones and revoked(KEYS[n + i]) then
+			return -2
+		end
+		missing[#missing + 1] = i
+	elseif v ~= ARGV[1] then
+		return -1
 	end
-	if KEYS[2] and revoked(KEYS[2]) then
-		return -2
-	end
-	if ARGV[3] == "1" then
-		redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
-		return 2
-	end
+end
+if #missing > 0 and ARGV[3] ~= "1" then
 	return 0
 end
-return -1
+local healed = {}
+for _, i in ipairs(missing) do
+	healed[i] = true
+	redis.call("SET", KEYS[i], ARGV[1], "PX", ARGV[2])
+end
+for i = 1, n do
+	if not healed[i] then
+		redis.call("PEXPIRE", KEYS[i], ARGV[2])
+	end
+end
+if #missing > 0 then
+	return 2
+end
+return 1

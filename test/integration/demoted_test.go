@@ -107,3 +107,50 @@ func TestDemotedPrimaryIsLeft(t *testing.T) {
 		})
 	}
 }
+
+// A lease revoked by an operator, whose node is then demoted before the
+// holder's next check or extension (a failover the revocation did not
+// reach: the new primary may still hold the key): the demoted copy's
+// tombstone, like its missing key, is a lagging copy's word, not the
+// node's. The check and the extension answer READONLY there, so that the
+// client asks the primary again, and never take the lease for revoked (or
+// lost) on the replica's word. One key and two (every lease is one shape:
+// the same scripts).
+func TestDemotedPrimarysTombstoneIsNotTheNodesWord(t *testing.T) {
+	for _, keys := range [][]string{{"it:revoked"}, {"it:revoked:a", "it:revoked:b"}} {
+		for _, op := range []string{"Check", "Extend"} {
+			t.Run(strconv.Itoa(len(keys))+" key(s)/"+op, func(t *testing.T) {
+				ctx := t.Context()
+				bin := procs.Binary(t, harness.SuiteServer(), "server")
+				port, err := procs.FreePort()
+				require.NoError(t, err)
+				primary := procs.Start(t, "primary", bin, port, "--save", "", "--appendonly", "no")
+				node := closing(t, redis.NewClient(&redis.Options{Addr: primary.Addr, DialTimeout: time.Second, MaxRetries: -1}))
+				l := lockerOver(t, node, &redlock.Options{NodeTimeout: 2 * time.Second, NoQuarantine: true})
+				lease, err := l.TryLockMulti(ctx, keys, time.Minute)
+				require.NoError(t, err)
+				operator := lockerOver(t, closing(t, redis.NewClient(&redis.Options{Addr: primary.Addr})), &redlock.Options{NoQuarantine: true})
+				for _, k := range keys {
+					_, err := operator.Revoke(ctx, k)
+					require.NoError(t, err)
+				}
+				nowhere, err := procs.FreePort()
+				require.NoError(t, err)
+				require.NoError(t, primary.Client.Do(ctx, "REPLICAOF", "127.0.0.1", nowhere).Err())
+				procs.WaitFor(t, 10*time.Second, "the primary is a replica", func() (bool, error) {
+					role, err := primary.Client.Do(ctx, "ROLE").Slice()
+					return err == nil && len(role) > 0 && role[0] == "slave", err
+				})
+				if op == "Check" {
+					err = lease.Check(ctx)
+				} else {
+					err = lease.Extend(ctx, time.Minute)
+				}
+				t.Logf("%s on the demoted node: %v", op, err)
+				require.Error(t, err)
+				require.NotErrorIs(t, err, redlock.ErrNotHeld, "a replica's tombstone was taken for the node's word")
+				require.ErrorContains(t, err, "READONLY")
+			})
+		}
+	}
+}

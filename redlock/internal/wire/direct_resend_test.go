@@ -54,7 +54,7 @@ func TestEveryResendCarriesItsWait(t *testing.T) {
 	s := loadScript("extend", "GET, PEXPIRE, SET")
 	s.SingleKey = func(c Command) Command { c.Keys = c.Keys[:1]; return c }
 	d := NewDirect[struct{}](client, NewWait(1, false, time.Second), nil, nil)
-	c := ScriptCommand(s, []string{"k", "{k}:tombstone"}, "v", 60000, "0").Bind().Replicated()
+	c := ScriptCommand(s, []string{"k", "{k}:tombstone"}, "v", 60000, "0", 1).Bind().Replicated() // value, ms, heal, keys
 	got := make(replies, 1)
 	d.Submit(t.Context(), c, Send{Timeout: 5 * time.Second}, got, 0)
 	r := <-got
@@ -69,6 +69,6 @@ func TestEveryResendCarriesItsWait(t *testing.T) {
 		require.Equal(t, "wait", strings.ToLower(fmt.Sprint(last[0])), "trip %d has its WAIT", i)
 		sc := p[0]
 		n := sc[2].(int)
-		require.Len(t, sc, 3+n+3, "trip %d: numkeys %d matches keys and argv", i, n)
+		require.Len(t, sc, 3+n+4, "trip %d: numkeys %d matches keys and argv (value, ms, heal, keys)", i, n)
 	}
 }

@@ -51,7 +51,7 @@ func TestDirectSendsTheSingleKeyFormOnTryAgain(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			narrowed = nil
 			d := NewDirect[struct{}](client, NewWait(1, false, time.Second), nil, nil)
-			c := ScriptCommand(tc.script, []string{"k", "{k}:tombstone"}, "v", 60000, "0").Bind()
+			c := ScriptCommand(tc.script, []string{"k", "{k}:tombstone"}, "v", 60000, "0", 1).Bind() // value, ms, heal, keys
 			if tc.replicate {
 				c = c.Replicated()
 			}

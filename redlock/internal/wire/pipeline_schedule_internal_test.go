@@ -2,6 +2,7 @@ package wire
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -157,6 +158,7 @@ func (rs releaseSchedule) run(t *testing.T, p *pipeline, seed int, wrap func(to 
 		return round, true
 	}
 	var leases []*scheduleLease
+	var extensions []*quorum.Round[Outcome]
 	release := func(l *scheduleLease) {
 		c := ScriptCommand(releaseScript, []string{l.key}, l.value).Of(l.value, RoleReleases)
 		l.released, _ = submit(c, readScript)
@@ -169,8 +171,10 @@ func (rs releaseSchedule) run(t *testing.T, p *pipeline, seed int, wrap func(to 
 			submit(acquireCommand(l.key, l.value, 60000), readAcquire(l.value))
 		case op < 5:
 			if l := leases[rng.IntN(len(leases))]; l.released == nil {
-				c := ScriptCommand(extendScript, []string{l.key}, l.value, int64(60000), "1").Of(l.value, RoleExtends)
-				submit(c, readScript)
+				c := ScriptCommand(extendScript, []string{l.key}, l.value, int64(60000), "1", 1).Of(l.value, RoleExtends) // value, ms, heal, keys
+				if round, ok := submit(c, readScript); ok {
+					extensions = append(extensions, round)
+				}
 			}
 		case op < 7:
 			if l := leases[rng.IntN(len(leases))]; l.released == nil {
@@ -208,6 +212,14 @@ func (rs releaseSchedule) run(t *testing.T, p *pipeline, seed int, wrap func(to 
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	require.NoError(t, calls.wait(wctx), "a call was never answered")
+	// Every extension ran as the coordinator's does (the healing this
+	// schedule is about needs it to run): none met the script's own error.
+	for _, round := range extensions {
+		if _, err := round.Result(0); err != nil {
+			var reply redis.Error
+			require.False(t, errors.As(err, &reply), "an extension was answered with an error: %v", err)
+		}
+	}
 	for _, l := range leases {
 		o, err := l.released.Result(0)
 		if err != nil {
